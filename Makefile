@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench lint wheel-check clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+
+# torch is pinned to the local CPU build first, so nothing pulls the multi-GB CUDA wheels.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	WANDB_MODE=offline $(BIN)/pdgym-sim
+
+test: $(STAMP)
+	WANDB_MODE=offline $(BIN)/python -m pytest
+
+bench: $(STAMP)
+	WANDB_MODE=offline $(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check envs baselines agents tests bench
+
+# Builds the wheel and imports it from a fresh venv (proves the non-editable install works).
+wheel-check: $(STAMP)
+	rm -rf /tmp/pdgym-wheel && $(BIN)/python -m build -q --wheel --outdir /tmp/pdgym-wheel .
+	$(PY) -m venv --system-site-packages /tmp/pdgym-wheel/venv
+	/tmp/pdgym-wheel/venv/bin/pip install -q --no-deps /tmp/pdgym-wheel/*.whl
+	cd /tmp && /tmp/pdgym-wheel/venv/bin/python -c "import sys; sys.path=[p for p in sys.path if 'pdgym/main' not in p]; import pdgym.envs.sim, pdgym.conf, importlib.resources as r; print('wheel ok', r.files('pdgym.conf'))"
+
+clean:
+	rm -rf $(VENV) build *.egg-info

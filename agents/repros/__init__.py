@@ -1,0 +1,1 @@
+"""Runners of the named reproductions (conf/repro/*.yaml), one module each."""

@@ -1,0 +1,5 @@
+"""Reference policies from the literature, one module per family, registered by name."""
+
+from .registry import make_policies, make_policy, policy_class, register, registered
+
+__all__ = ["register", "registered", "make_policy", "make_policies", "policy_class"]

@@ -1,0 +1,346 @@
+"""Forward-pass time models: one pass's work per DP unit -> seconds.
+
+Every model sees the same four float vectors of length `dp` (one entry per DP unit):
+prefill tokens, prefill attention token-pairs, decode requests and the KV tokens those
+decodes read. The instance's pass time is the barrier: the slowest unit sets it, so
+`pass_time` returns fixed costs + max over units, and records how long the other
+units sat idle (`last_idle_frac`). `pass_time` is the simulator's inner loop: each
+model precomputes its constants in __init__ and spends a few NumPy ops per call.
+
+Kinds (`cost.kind`): roofline (default), linear (the EB form), piecewise_linear (the
+batching study's service curve), table (measured timings from a CSV).
+"""
+
+from __future__ import annotations
+
+import abc
+import csv
+import math
+import os
+import types
+from collections.abc import Mapping
+
+import numpy as np
+from scipy.optimize import nnls
+
+from .config import ConfigError, CostConfig, InstanceConfig, check, check_choice
+from .hardware import HardwareProfile
+from .models import ModelProfile
+
+Q_TILE = 128  # query rows per attention tile: a prefill chunk re-reads its KV context once per tile
+ACT_BYTES = 8  # residual-stream traffic per token, layer and hidden element: 2 reads + 2 writes in BF16
+COMBINE_BYTES = 2  # EP combine travels in BF16; dispatch in the weight dtype (FP8 for FP8 models)
+
+# Published EB calibration, H200 + Qwen3-8B (ALGORITHMS.md s5). a_mb and b_kv were not
+# published: with kind=linear they are fitted from the roofline of the configured hardware.
+EB_H200_QWEN3_8B = types.MappingProxyType({
+    "a_p": 1.279e-3, "b_p": 2.485e-5, "a_d": 8.921e-3, "b_d": 4.586e-5,
+    "c0": 2.494e-5, "c1": 5.193e-5, "c2": 1.478e-5,
+})
+
+DEFAULT_MEAN_PROMPT = 1024.0  # prompt and decode-context lengths the linear fit assumes unless
+DEFAULT_MEAN_CTX = 1024.0  # cost.params.mean_prompt / mean_ctx say otherwise
+
+
+class CostModel(abc.ABC):
+    """Time of one forward pass of an instance with `dp` barrier-synchronised DP units."""
+
+    dp: int
+    last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
+
+    @abc.abstractmethod
+    def pass_time(self, prefill_tokens: np.ndarray, prefill_attn: np.ndarray,
+                  decode_reqs: np.ndarray, decode_kv: np.ndarray) -> float:
+        """Seconds for one pass; each argument has one entry per DP unit.
+
+        prefill_attn[d] = sum over the prompt pieces on unit d of
+        piece_len * (prior_context + piece_len / 2); decode_kv[d] = KV tokens read by
+        the decode_reqs[d] requests (one new token each).
+        """
+
+    def _barrier(self, unit: np.ndarray) -> float:
+        mx = float(unit.max())
+        self.last_idle_frac = 1.0 - float(unit.sum()) / (mx * self.dp) if mx > 0 else 0.0
+        return mx
+
+
+# --------------------------------------------------------------------------- roofline
+class RooflineCost(CostModel):
+    """Per device of each unit: max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth).
+
+    pass = pass_overhead_s + max over units (barrier) + communication (EP all-to-all
+    and TP all-reduce, paid for the unit with the most tokens: every unit waits for it).
+    An all-zero pass costs pass_overhead_s: an empty step still launches.
+
+    FLOPs: 2 x params per token (non-routed / tp, plus top-k routed experts) + attention
+    4 x layers x heads x width per token-pair (width = head_dim; MLA decode attends over
+    the cached latent, absorbed). Bytes: non-routed weights / tp (if the unit has work),
+    routed experts actually touched on the device, KV read / written (a prefill piece
+    re-reads its context once per Q_TILE query rows), activations. Weights run at FP8
+    FLOP/s when the model is served in FP8 and the device has FP8.
+
+    Expert parallelism (ep > tp): routed experts are spread over the whole EP group, so
+    each device's expert work follows the instance's mean tokens per unit (balanced
+    routing) and a unit without tokens still does it; the imbalance the barrier sees
+    comes from attention and the non-routed weights. With ep <= tp each unit holds
+    every expert (sharded by tp) and its expert work follows its own tokens.
+
+    Mixed-batch interference: a unit that runs prefill and decode in one batch pays
+    hw.interference x its decode KV-read time on top (the decode attention runs as a
+    separate, poorly overlapped phase beside compute-bound prefill). The term grows
+    with the decode share r and with 1 / bandwidth. Calibration (tests/test_cost.py):
+    qwen3_8b, dp=1, a mixed batch of T = 2048 tokens, r*T decodes of 1000 KV tokens each
+    plus (1-r)*T prefill tokens from 1000-token prompts (attention pairs = 500 per token);
+    m(r) = pass_time / T against pure decode d = pass_time(256 decodes x 1000 KV) / 256;
+    the crossover m(r*) = d lies in [0.1, 0.35] on rtx_pro_6000 and [0.65, 0.95] on
+    h200 (EB study: about 0.2 and 0.8).
+    """
+
+    def __init__(self, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig):
+        self.dp = inst.dp
+        tp, ep = inst.tp, inst.ep
+        flops = hw.flops_fp8 if model.weight_bytes <= 1 and hw.flops_fp8 > 0 else hw.flops_bf16
+        f = flops * hw.mfu
+        b = hw.hbm_bw * hw.mbu
+        wb = model.weight_bytes
+        kvb = model.kv_bytes_per_token / _kv_shards(model, tp)
+        moe = model.num_experts > 0
+        k, n_exp = model.experts_per_token, model.num_experts
+        expert_flops = 2.0 * model.expert_params * model.moe_layers * k  # per token
+        self._shared = moe and ep > tp
+        self._moe_local = moe and not self._shared
+
+        attn = 4.0 * model.layers * model.num_heads / tp / f
+        self._c_tok = (2.0 * model.nonrouted_params + (expert_flops if self._moe_local else 0.0)) / tp / f
+        self._c_pa = attn * model.head_dim
+        self._c_dk = attn * (model.kv_width if model.attention == "mla" else model.head_dim)
+        self._m_tok = (kvb + ACT_BYTES * model.layers * model.hidden) / b
+        self._m_pa = kvb / Q_TILE / b
+        self._m_dk = kvb / b
+        self._m_w = model.nonrouted_params * wb / tp / b
+        shard = max(ep, tp)
+        self._exp_read = n_exp / shard * model.expert_params * model.moe_layers * wb / b if moe else 0.0
+        self._exp_rate = k * (shard / tp) / n_exp if moe else 0.0  # P(expert touched) = 1 - exp(-rate tok)
+        self._exp_c = expert_flops / tp / f
+        self._interf = hw.interference * self._m_dk
+        self._overhead = hw.pass_overhead_s
+
+        comm = 0.0  # seconds per token of the busiest unit
+        if moe and ep > 1:
+            copies = (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** k)  # distinct remote devices per token
+            per_tok = model.moe_layers * model.hidden * ((1.0 if wb <= 1 else 2.0) + COMBINE_BYTES) * copies
+            comm += per_tok / tp / _link_bw(hw, ep)
+        if tp > 1:  # ring all-reduce after attention, and after every FFN that is not an EP MoE
+            n_ar = 2 * model.layers - (model.moe_layers if moe and ep > 1 else 0)
+            comm += n_ar * model.hidden * 2.0 * 2.0 * (tp - 1) / tp / _link_bw(hw, tp)
+        self._comm = comm
+
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+        tok = prefill_tokens + decode_reqs
+        c = tok * self._c_tok + prefill_attn * self._c_pa + decode_kv * self._c_dk
+        m = tok * self._m_tok + prefill_attn * self._m_pa + decode_kv * self._m_dk
+        m += np.where(tok > 0, self._m_w, 0.0)
+        if self._shared:
+            mean = float(tok.sum()) / self.dp
+            c += mean * self._exp_c
+            m += self._exp_read * -math.expm1(-mean * self._exp_rate)
+        elif self._moe_local:
+            m -= self._exp_read * np.expm1(tok * -self._exp_rate)
+        unit = np.maximum(c, m)
+        if self._interf > 0 and prefill_tokens.any() and decode_reqs.any():
+            unit += np.where((prefill_tokens > 0) & (decode_reqs > 0), decode_kv * self._interf, 0.0)
+        return self._overhead + self._barrier(unit) + float(tok.max()) * self._comm
+
+
+def _kv_shards(model: ModelProfile, tp: int) -> int:
+    """Devices of a DP unit that split its KV cache: GQA shards KV heads over TP; MLA's latent is replicated."""
+    return 1 if model.attention == "mla" else min(tp, model.num_kv_heads)
+
+
+def _link_bw(hw: HardwareProfile, group: int) -> float:
+    return hw.scaleup_bw if group <= hw.scaleup_domain else hw.scaleout_bw
+
+
+# --------------------------------------------------------------------------- linear (EB)
+class LinearCost(CostModel):
+    """The EB form per unit: prefill a_p + b_p tokens, decode a_d + b_d reqs (+ b_kv kv),
+    mixed a_mb + (c0 + c1 r + c2 r^2) (tokens + reqs) with r the decode share; the
+    instance takes the max over units and nothing else. Idle units cost 0."""
+
+    KEYS = ("a_p", "b_p", "a_d", "b_d", "b_kv", "a_mb", "c0", "c1", "c2")
+
+    def __init__(self, dp: int, coef: Mapping[str, float]):
+        self.dp = dp
+        for name in self.KEYS:
+            setattr(self, name, float(coef.get(name, 0.0)))
+
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+        has_p, has_d = prefill_tokens > 0, decode_reqs > 0
+        unit = (np.where(has_p, self.a_p + self.b_p * prefill_tokens, 0.0)
+                + np.where(has_d, self.a_d + self.b_d * decode_reqs + self.b_kv * decode_kv, 0.0))
+        mixed = has_p & has_d
+        if mixed.any():
+            n = prefill_tokens + decode_reqs
+            r = np.divide(decode_reqs, n, out=np.zeros(self.dp), where=mixed)
+            unit = np.where(mixed, self.a_mb + (self.c0 + (self.c1 + self.c2 * r) * r) * n, unit)
+        return self._barrier(unit)
+
+
+# --------------------------------------------------------------------------- piecewise linear
+class PiecewiseLinearCost(CostModel):
+    """The batching study's service curve per unit: c + a * max(0, b - b0), b = prefill tokens +
+    decode requests; a unit without work costs 0; the instance takes the max."""
+
+    def __init__(self, dp: int, c: float, a: float, b0: float):
+        self.dp, self.c, self.a, self.b0 = dp, c, a, b0
+
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+        b = prefill_tokens + decode_reqs
+        unit = np.where(b > 0, self.c + self.a * np.maximum(b - self.b0, 0.0), 0.0)
+        return self._barrier(unit)
+
+
+# --------------------------------------------------------------------------- table
+class TableCost(CostModel):
+    """Measured timings: per unit, prefill time interpolated over prompt tokens, decode time
+    over batch size, or over KV tokens when the CSV has a `kv` column (KV reads drive a
+    memory-bound decode step); a mixed unit pays both; the instance takes the max.
+    Outside the measured range the end values are held (np.interp)."""
+
+    def __init__(self, dp: int, path: str):
+        self.dp = dp
+        key = "cost.params.path"
+        check(os.path.isfile(path), key, f"file not found: {path}")
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        cols = set(rows[0]) if rows else set()
+        check({"phase", "tokens", "time_s"} <= cols, key,
+              f"{path} needs columns phase, tokens, time_s (has: {', '.join(sorted(cols)) or 'none'})")
+        self.by_kv = "kv" in cols
+        curves = {}
+        for phase in ("prefill", "decode"):
+            x_col = "kv" if phase == "decode" and self.by_kv else "tokens"
+            try:
+                pts = sorted((float(r[x_col]), float(r["time_s"])) for r in rows if r["phase"] == phase)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}: {path} has a non-numeric {x_col} or time_s in a {phase} row") from None
+            check(bool(pts), key, f"{path} has no {phase!r} rows (phase must be prefill or decode)")
+            check(all(t >= 0 for _, t in pts), key, f"{path} has a negative time_s")
+            curves[phase] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+        self.xp, self.yp = curves["prefill"]
+        self.xd, self.yd = curves["decode"]
+
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+        dx = decode_kv if self.by_kv else decode_reqs
+        unit = (np.where(prefill_tokens > 0, np.interp(prefill_tokens, self.xp, self.yp), 0.0)
+                + np.where(decode_reqs > 0, np.interp(dx, self.xd, self.yd), 0.0))
+        return self._barrier(unit)
+
+
+# --------------------------------------------------------------------------- builders
+def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
+                     inst: InstanceConfig) -> CostModel:
+    """The cost model `cfg.kind` for one instance shape; bad params fail naming cost.params.X."""
+    cfg.validate()
+    params = dict(cfg.params or {})
+    if cfg.kind == "roofline":
+        _check_params(params, (), "roofline")
+        return RooflineCost(hw, model, inst)
+    if cfg.kind == "linear":
+        _check_params(params, LinearCost.KEYS + ("mean_prompt", "mean_ctx"), "linear")
+        coef = {k: _nonneg(params, k) for k in params}
+        missing = [k for k in LinearCost.KEYS if k not in coef and k != "b_kv"]
+        if missing:
+            fit = linear_coefficients(RooflineCost(hw, model, inst),
+                                      coef.pop("mean_prompt", DEFAULT_MEAN_PROMPT),
+                                      coef.pop("mean_ctx", DEFAULT_MEAN_CTX))
+            coef.update({k: fit[k] for k in missing})
+        return LinearCost(inst.dp, coef)
+    if cfg.kind == "piecewise_linear":
+        _check_params(params, ("c", "a", "b0"), "piecewise_linear")
+        for k in ("c", "a"):
+            check(k in params, f"cost.params.{k}", "required for kind=piecewise_linear (c + a * max(0, b - b0))")
+        return PiecewiseLinearCost(inst.dp, _nonneg(params, "c"), _nonneg(params, "a"),
+                                   _nonneg(params, "b0") if "b0" in params else 0.0)
+    _check_params(params, ("path",), "table")
+    check(isinstance(params.get("path"), str), "cost.params.path", "required for kind=table (a CSV path)")
+    return TableCost(inst.dp, params["path"])
+
+
+def _check_params(params: Mapping, allowed: tuple[str, ...], kind: str) -> None:
+    for k in params:
+        check(k in allowed, f"cost.params.{k}",
+              f"unknown for kind={kind}; allowed: {', '.join(allowed) or 'none'}")
+
+
+def _nonneg(params: Mapping, k: str) -> float:
+    v = params[k]
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    check(ok, f"cost.params.{k}", f"got {v!r}; must be a number >= 0")
+    return float(v)
+
+
+def linear_coefficients(cost: CostModel, mean_prompt: float, mean_ctx: float) -> dict[str, float]:
+    """Fit the EB linear form to any cost model by non-negative least squares, every unit equally loaded.
+
+    Prefill phase of L = j x mean_prompt tokens (j whole prompts): a_p + b_p L. Decode
+    iteration of n requests with mean_ctx KV tokens each: a_d + b_d n. Mixed batch of T
+    tokens with decode share r (prefill pieces from mean_prompt-token prompts):
+    a_mb + (c0 + c1 r + c2 r^2) T. Returns a_p, b_p, a_d, b_d, a_mb, c0, c1, c2.
+    """
+    ones = np.ones(cost.dp)
+
+    def t(pt, pa, dr, dk):
+        return cost.pass_time(ones * pt, ones * pa, ones * dr, ones * dk)
+
+    half = mean_prompt / 2.0
+    lens = mean_prompt * np.array([1, 2, 3, 4, 6, 8, 12, 16])
+    a_p, b_p = _nnls(np.column_stack([np.ones_like(lens), lens]),
+                     [t(x, x * half, 0, 0) for x in lens])
+    ns = np.arange(16, 257, 16, dtype=float)
+    a_d, b_d = _nnls(np.column_stack([np.ones_like(ns), ns]), [t(0, 0, n, n * mean_ctx) for n in ns])
+    rows, y = [], []
+    for big_t in (512.0, 1024.0, 2048.0, 4096.0):
+        for r in np.arange(1, 8) / 8.0:
+            rows.append([1.0, big_t, r * big_t, r * r * big_t])
+            pt, dr = (1 - r) * big_t, r * big_t
+            y.append(t(pt, pt * half, dr, dr * mean_ctx))
+    a_mb, c0, c1, c2 = _nnls(np.array(rows), y)
+    return {"a_p": a_p, "b_p": b_p, "a_d": a_d, "b_d": b_d, "a_mb": a_mb, "c0": c0, "c1": c1, "c2": c2}
+
+
+def _nnls(x: np.ndarray, y) -> list[float]:
+    scale = np.abs(x).max(axis=0)  # columns span 1 .. 1e4: rescale for a well-conditioned solve
+    coef, _ = nnls(x / scale, np.asarray(y, dtype=float))
+    return [float(c) for c in coef / scale]
+
+
+# --------------------------------------------------------------------------- memory and transfers
+def kv_capacity_tokens(hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig,
+                       key: str = "cluster.*") -> int:
+    """KV tokens one DP unit can hold: inst.kv_capacity_tokens if set, else what HBM x mem_util
+    leaves after the resident weights (non-routed / tp, routed experts / max(ep, tp))."""
+    if inst.kv_capacity_tokens is not None:
+        return int(inst.kv_capacity_tokens)
+    shard = max(inst.ep, inst.tp)
+    resident = (model.nonrouted_params / inst.tp + model.routed_params / shard) * model.weight_bytes
+    usable = hw.hbm_bytes * inst.mem_util
+    per_token = model.kv_bytes_per_token / _kv_shards(model, inst.tp)  # bytes per device
+    tokens = int((usable - resident) // per_token)
+    check(tokens >= 1, f"{key}.kv_capacity_tokens",
+          f"{model.name} weights need {resident / 1e9:.1f} GB per device (tp={inst.tp}, ep={inst.ep}) but "
+          f"{hw.name} has {usable / 1e9:.1f} GB usable (mem_util {inst.mem_util}); "
+          "set kv_capacity_tokens explicitly or raise ep/tp")
+    return tokens
+
+
+def kv_transfer_time(tokens: float, hw: HardwareProfile, model: ModelProfile, link: str,
+                     base_s: float) -> float:
+    """Seconds to move `tokens` tokens of KV cache over one device's `link` (scaleout | scaleup)."""
+    if link == "scaleout":
+        bw = hw.scaleout_bw
+    elif link == "scaleup":
+        bw = hw.scaleup_bw
+    else:
+        check_choice(link, "cluster.kv_link", ("scaleout", "scaleup"))
+    return base_s + tokens * model.kv_bytes_per_token / bw

@@ -1,0 +1,173 @@
+"""Per-request and per-step tables of a finished run, and the named summary metrics (DESIGN section 5).
+
+Definitions (every table and leaderboard uses these names):
+- ttft: first output token minus arrival (the first token comes out of the prefill pass).
+- tpot: (finish - first token) / (output - 1), for outputs longer than one token.
+- itl: the longest gap between two consecutive output tokens of the request (its worst stall).
+- e2e: finish minus arrival.
+- imbalance_mean: mean over decode steps of max minus min worker KV tokens (colocated runs:
+  over iterations, across DP units; 0 with one unit).
+- barrier_idle_frac: duration-weighted mean over all passes of the fraction of DP-unit time
+  spent waiting at the barrier for the slowest unit.
+- chunk_util_mean: mean over passes with prefill work of prefill tokens / (DP units x chunk).
+- sched_queue_s / device_queue_s: mean over finished requests of the time buffered at the
+  scheduler / queued on a prefill device before the first pass.
+- throughput_tok_s, total_tok_s, rps, goodput_rps: per second of makespan (first arrival to
+  last resolution); goodput counts finished requests meeting both SLOs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import requests as R
+
+STEP_COLUMNS = ("t", "dur", "kind", "inst", "tokens", "reqs", "kv_max", "kv_min", "idle_frac", "util")
+SUMMARY_KEYS = (
+    "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
+    "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
+    "sched_queue_s", "device_queue_s", "finished", "rejected", "sim_time_s", "wall_time_s",
+)
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x)) if len(x) else math.nan
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else math.nan
+
+
+class SimResult:
+    """What one run produced: `requests` and `steps` DataFrames and `summary()`."""
+
+    def __init__(self, sim):
+        self.config = sim.cfg
+        self.seed = sim.seed
+        self.stalled = sim.stalled
+        self.tokens_out = sim.tokens_out
+        self.dropped_signals = sim.dropped_signals
+        self.wall_time_s = sim.wall_time_s
+        self.slo = sim.cfg.slo
+        self.requests = self._request_table(sim.req)
+        self.steps = pd.DataFrame.from_records(sim.steps, columns=list(STEP_COLUMNS))
+        self._summary: dict | None = None
+
+    @staticmethod
+    def _request_table(req: R.RequestTable) -> pd.DataFrame:
+        out = req.output
+        first = req.first_token
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out > 1, (req.finish - first) / (out - 1), np.nan)
+        finished = req.state == R.FINISHED
+        tpot = np.where(finished, tpot, np.nan)
+        itl = np.where(finished & (out > 1), req.itl_max, np.nan)
+        return pd.DataFrame({
+            "id": np.arange(req.n),
+            "arrival": req.arrival,
+            "prompt": req.prompt,
+            "output": out,
+            "status": np.asarray(R.STATE_NAMES, dtype=object)[req.state],
+            "reason": np.asarray(R.REASONS, dtype=object)[req.reason],
+            "ttft": first - req.arrival,
+            "tpot": tpot,
+            "itl": itl,
+            "e2e": np.where(finished, req.finish - req.arrival, np.nan),
+            "sched_queue": req.sched_wait,
+            "device_queue": req.device_wait,
+            "dispatch": req.dispatch,
+            "first_token": first,
+            "finish": req.finish,
+            "prefill_inst": req.prefill_inst,
+            "prefill_dp": req.prefill_dp,
+            "decode_inst": req.decode_inst,
+            "worker": req.worker,
+            "cached": req.cached,
+            "preemptions": req.preemptions,
+        })
+
+    def summary(self) -> dict:
+        """The DESIGN section 5 metrics, exactly those keys, as plain floats / ints (NaN if undefined)."""
+        if self._summary is not None:
+            return dict(self._summary)
+        r = self.requests
+        fin = r[r.status == "finished"]
+        resolved_end = float(np.nanmax(r.finish)) if len(r) else 0.0
+        start = float(np.nanmin(r.arrival)) if len(r) else 0.0
+        span = max(resolved_end - start, 1e-12)
+        ttft = fin.ttft.to_numpy()
+        tpot = fin.tpot.dropna().to_numpy()
+        good = (fin.ttft <= self.slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= self.slo.tpot_s))
+        s = self.steps
+        dec = s[s.kind == 1]
+        if not len(dec):
+            dec = s[s.kind == 2]
+        pre = s[s.util > 0]
+        dur = s.dur.to_numpy()
+        out = {
+            "ttft_mean": _mean(ttft),
+            "ttft_p50": _pct(ttft, 50),
+            "ttft_p99": _pct(ttft, 99),
+            "tpot_mean": _mean(tpot),
+            "tpot_p95": _pct(tpot, 95),
+            "e2e_p99": _pct(fin.e2e.to_numpy(), 99),
+            "throughput_tok_s": float(fin.output.sum()) / span,
+            "total_tok_s": float(fin.output.sum() + fin.prompt.sum()) / span,
+            "rps": len(fin) / span,
+            "goodput_rps": float(good.sum()) / span,
+            "imbalance_mean": _mean((dec.kv_max - dec.kv_min).to_numpy()) if len(dec) else 0.0,
+            "barrier_idle_frac": float(np.dot(s.idle_frac, dur) / dur.sum()) if dur.sum() > 0 else 0.0,
+            "chunk_util_mean": _mean(pre.util.to_numpy()),
+            "sched_queue_s": _mean(fin.sched_queue.to_numpy()),
+            "device_queue_s": _mean(fin.device_queue.to_numpy()),
+            "finished": int(len(fin)),
+            "rejected": int((r.status == "rejected").sum()),
+            "sim_time_s": span,
+            "wall_time_s": float(self.wall_time_s),
+        }
+        self._summary = out
+        return dict(out)
+
+    def metrics(self) -> dict:
+        """summary() plus num_requests: what metrics.json holds."""
+        m = self.summary()
+        m["num_requests"] = int(len(self.requests))
+        return m
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write metrics.json, requests.csv and steps.csv into `out_dir` (created if missing)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "metrics.json", self.metrics())
+        self.requests.to_csv(out / "requests.csv", index=False)
+        self.steps.to_csv(out / "steps.csv", index=False)
+        return out
+
+
+def json_safe(obj):
+    """NaN/inf become null, numpy scalars become Python numbers, so the file is strict JSON."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    return obj
+
+
+def write_json(path: str | Path, data) -> None:
+    """Write atomically (temp file + rename) so no half-written result is ever left behind."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,535 @@
+"""Traffic for the simulator: arrival processes, token-length distributions and trace replay.
+
+`make_workload(cfg, rng)` turns a `WorkloadConfig` into a struct-of-arrays `Workload`. Everything is
+drawn from the one `numpy.random.Generator` passed in, so the same seed gives identical arrays, and
+everything is vectorised (20k requests take a few milliseconds; thinning-based `diurnal` a little more).
+
+Rules (the config docstrings are short; this is the reference):
+
+Arrivals (`workload.arrival`)
+    poisson        exponential inter-arrival times at `rate`.
+    deterministic  arrivals at k / rate, k = 1, 2, ... (exact spacing 1 / rate).
+    gamma          gamma inter-arrival times with mean 1 / rate and coefficient of variation `cv`.
+    onoff          alternating exponential on / off periods (means `on_s` / `off_s`), starting "on";
+                   Poisson arrivals at rate * (on_s + off_s) / on_s while on, none while off, so the
+                   long-run rate is `rate` and inter-arrival CV > 1 (bursty).
+    steps          piecewise-constant rate from `steps = [[t_start_s, rate], ...]` (t_start strictly
+                   increasing, rates >= 0, the last one > 0); `rate` applies before the first t_start.
+                   Non-homogeneous Poisson by exact inversion of the cumulative intensity.
+    diurnal        rate(t) = rate * (1 + amplitude * sin(2 pi t / period_s)), by thinning.
+    closed         closed loop: `arrival` is None, `concurrency` is `concurrency` for every request
+                   and `think_s` is the delay from a completion to the next release.
+    trace          the times of the trace file (see below).
+    Open-loop processes start at t = 0; the first request arrives one inter-arrival gap later (the
+    trace starts exactly at 0).
+
+Lengths (`LengthConfig`, see `sample_lengths`): fixed (mean), uniform [low, high], geometric (support
+>= 1, p = 1 / mean), gamma (mean, cv), lognormal (mean, cv; sigma^2 = ln(1 + cv^2),
+mu = ln(mean) - sigma^2 / 2), empirical (`values`, or a column of the trace `source`); all rounded to
+integers and clipped to [min, max].
+
+Trace replay (`workload.trace` set: a shipped name azure_conv / azure_code / splitwise_conv, or a CSV
+path in the Azure format TIMESTAMP,ContextTokens,GeneratedTokens or the vidur format
+num_prefill_tokens,num_decode_tokens[,arrived_at]):
+    * rows `trace_offset` .. `trace_offset + num_requests`; a trace with fewer rows gives fewer
+      requests and a `WorkloadWarning` (no wrap-around, so no request is replayed twice);
+    * prompt / output lengths come from the trace; `workload.prompt` / `workload.output` are ignored;
+    * arrival == "trace": the trace's own times, relative to the first replayed row. `time_scale`, if
+      set, multiplies every inter-arrival time; otherwise, if `rate` is set (not null), the times are
+      rescaled so that the mean rate (n - 1) / span equals `rate`. Replay at native speed with
+      `rate: null` (or `time_scale: 1.0`). A trace without times (vidur without arrived_at) falls back
+      to Poisson arrivals at `rate`, with a warning;
+    * any other arrival process (poisson, gamma, ..., closed) generates the times for the trace's
+      lengths; `time_scale` is then unused (warning).
+
+Prefixes: with `prefix_groups` G > 0 every request gets a key drawn uniformly from [0, G) and
+prefix_len = floor(prefix_frac * prompt). A request whose prefix_len would be 0 gets key -1 (no
+prefix), so key == -1 exactly when prefix_len == 0. (If the config ever grows a `prefix_zipf`
+exponent s >= 0, keys follow P(k) ~ 1 / (k + 1)^s instead; s = 0 is uniform.)
+
+Phases (`workload.phases` non-empty): the workload is the concatenation of the phases, each with its
+own `num_requests` and prompt / output lengths; `workload.num_requests` is ignored (the total is the
+sum). Open loop: a phase's `rate` (default: `workload.rate`) drives the configured arrival process,
+whose times continue from the previous phase's last arrival (steps / diurnal schedules are in
+absolute time; `rate` per phase is not allowed with steps; onoff restarts with an on-period at each
+boundary). Closed loop: a phase's `concurrency` (default: `workload.concurrency`) fills the
+`concurrency` array for its requests, so the cap shifts at the boundary; per-phase `rate` is unused.
+Phases cannot be combined with `workload.trace` (use empirical lengths with `source` per phase).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+import warnings
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from pdgym.envs.sim.config import (
+    ConfigError,
+    LengthConfig,
+    WorkloadConfig,
+    check,
+    check_positive,
+)
+
+__all__ = [
+    "SHIPPED_TRACES",
+    "Workload",
+    "WorkloadWarning",
+    "load_trace",
+    "make_workload",
+    "sample_lengths",
+    "trace_path",
+]
+
+SHIPPED_TRACES: dict[str, str] = {
+    "azure_conv": "AzureLLMInferenceTrace_conv.csv",
+    "azure_code": "AzureLLMInferenceTrace_code.csv",
+    "splitwise_conv": "splitwise_conv.csv",
+}
+
+_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_VIDUR_COLS = ("num_prefill_tokens", "num_decode_tokens")
+_FORMATS = ("need TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or "
+            "num_prefill_tokens,num_decode_tokens[,arrived_at] (vidur)")
+# names accepted by LengthConfig.column for empirical lengths from a trace
+_COLUMN_ALIASES = {
+    "prompt": "prompt", "ContextTokens": "prompt", "num_prefill_tokens": "prompt",
+    "output": "output", "GeneratedTokens": "output", "num_decode_tokens": "output",
+}
+
+
+class WorkloadWarning(UserWarning):
+    """The workload differs from what the config literally asked for (e.g. a short trace)."""
+
+
+@dataclass
+class Workload:
+    """All requests of one run as parallel arrays (struct of arrays), in release order."""
+
+    prompt: np.ndarray  # int64 [n] prompt tokens (>= 1)
+    output: np.ndarray  # int64 [n] output tokens (>= 1); hidden from policies by the simulator
+    arrival: np.ndarray | None  # float64 [n] seconds, non-decreasing; None for closed loop
+    prefix_key: np.ndarray  # int64 [n], -1 = no shared prefix
+    prefix_len: np.ndarray  # int64 [n], prompt tokens covered by the prefix (0 if none), <= prompt
+    concurrency: np.ndarray | None  # int64 [n] closed loop: requests allowed in flight at release of i
+    think_s: float = 0.0  # closed loop: delay from a completion to the next release
+
+    def __post_init__(self) -> None:
+        self.prompt = np.asarray(self.prompt, dtype=np.int64)
+        self.output = np.asarray(self.output, dtype=np.int64)
+        self.prefix_key = np.asarray(self.prefix_key, dtype=np.int64)
+        self.prefix_len = np.asarray(self.prefix_len, dtype=np.int64)
+        if self.arrival is not None:
+            self.arrival = np.asarray(self.arrival, dtype=np.float64)
+        if self.concurrency is not None:
+            self.concurrency = np.asarray(self.concurrency, dtype=np.int64)
+        self.think_s = float(self.think_s)
+
+    @property
+    def n(self) -> int:
+        return int(self.prompt.shape[0])
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.arrival is None
+
+
+# --------------------------------------------------------------------------- traces
+def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.Path:
+    """Resolve a shipped trace name (azure_conv, azure_code, splitwise_conv) or a CSV path."""
+    if not isinstance(spec, (str, os.PathLike)) or str(spec) == "":
+        raise ConfigError(f"{key}: got {spec!r}; give a CSV path or a shipped name: {', '.join(SHIPPED_TRACES)}")
+    if isinstance(spec, str) and spec in SHIPPED_TRACES:
+        res = resources.files("pdgym.data").joinpath("traces", SHIPPED_TRACES[spec])
+        path = pathlib.Path(str(res))
+        check(path.is_file(), key, f"shipped trace {spec!r} is missing from the installation ({path})")
+        return path
+    s = os.fspath(spec)
+    path = pathlib.Path(s).expanduser()
+    if path.is_file():
+        return path
+    looks_like_path = (os.sep in s or "/" in s or s.startswith((".", "~"))
+                       or path.suffix.lower() in (".csv", ".gz", ".bz2", ".zip", ".xz"))
+    if path.exists():
+        raise ConfigError(f"{key}: {s!r} is not a file; give a CSV file or a shipped name: "
+                          f"{', '.join(SHIPPED_TRACES)}")
+    if looks_like_path:
+        raise ConfigError(f"{key}: file not found: {s!r} (or use a shipped name: {', '.join(SHIPPED_TRACES)})")
+    raise ConfigError(f"{key}: unknown trace {s!r}; shipped names: {', '.join(SHIPPED_TRACES)}, "
+                      "or a path to a CSV file")
+
+
+@dataclass(frozen=True)
+class _Trace:
+    prompt: np.ndarray  # int64
+    output: np.ndarray  # int64
+    times: np.ndarray | None  # float64 seconds since the first row of the file, or None
+    name: str
+
+
+def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
+    vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-numeric or missing value {df[col].iloc[i]!r} in column {col} at line "
+                          f"{i + 2}; token counts must be integers >= 1")
+    bad = vals != np.round(vals)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-integer length {vals[i]!r} in column {col} at line {i + 2}; "
+                          "token counts must be integers >= 1")
+    bad = vals < 1
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-positive length {int(vals[i])} in column {col} at line {i + 2}; "
+                          "token counts must be integers >= 1")
+    return vals.astype(np.int64)
+
+
+def _check_times(t: np.ndarray, col: str, key: str) -> None:
+    bad = ~np.isfinite(t)
+    if bad.any():
+        raise ConfigError(f"{key}: missing or invalid time in column {col} at line {int(np.argmax(bad)) + 2}")
+    dec = np.diff(t) < 0
+    if dec.any():
+        i = int(np.argmax(dec)) + 1
+        raise ConfigError(f"{key}: timestamps decrease at line {i + 2} (column {col}); "
+                          "rows must be sorted by time")
+
+
+@functools.lru_cache(maxsize=16)
+def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> _Trace:
+    del mtime_ns, size  # cache key only: a rewritten file is read again
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{key}: empty trace {path!r} (no header, no rows)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{key}: cannot parse {path!r} as CSV: {first}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    cols = set(df.columns)
+    if all(c in cols for c in _AZURE_COLS):
+        fmt = "azure"
+    elif all(c in cols for c in _VIDUR_COLS):
+        fmt = "vidur"
+    else:
+        want = _VIDUR_COLS if (cols & set(_VIDUR_COLS)) and not (cols & set(_AZURE_COLS)) else _AZURE_COLS
+        missing = ",".join(c for c in want if c not in cols)
+        raise ConfigError(f"{key}: missing columns {missing}; {_FORMATS}; file has {','.join(df.columns)}")
+    if len(df) == 0:
+        raise ConfigError(f"{key}: empty trace {path!r} (header only, no data rows)")
+    if fmt == "azure":
+        prompt = _int_column(df, "ContextTokens", key)
+        output = _int_column(df, "GeneratedTokens", key)
+        try:
+            ts = pd.to_datetime(df["TIMESTAMP"], format="mixed", utc=True)
+        except (ValueError, TypeError, OverflowError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"{key}: cannot parse column TIMESTAMP as date-times: {first}") from None
+        if ts.isna().any():
+            i = int(np.argmax(ts.isna().to_numpy()))
+            raise ConfigError(f"{key}: missing or invalid time in column TIMESTAMP at line {i + 2}")
+        times = (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+        _check_times(times, "TIMESTAMP", key)
+    else:
+        prompt = _int_column(df, "num_prefill_tokens", key)
+        output = _int_column(df, "num_decode_tokens", key)
+        times = None
+        if "arrived_at" in cols:
+            times = pd.to_numeric(df["arrived_at"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            _check_times(times, "arrived_at", key)
+            times = times - times[0]
+    for a in (prompt, output, times):
+        if a is not None:
+            a.setflags(write=False)
+    return _Trace(prompt=prompt, output=output, times=times, name=path)
+
+
+def _read_trace(spec: str | os.PathLike, key: str) -> _Trace:
+    path = trace_path(spec, key)
+    st = path.stat()
+    return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
+
+
+def load_trace(spec: str | os.PathLike, offset: int = 0, limit: int | None = None,
+               key: str = "workload.trace") -> pd.DataFrame:
+    """Read a trace (Azure or vidur format) into columns arrival_s, prompt, output.
+
+    `arrival_s` is float seconds since the first returned row (NaN everywhere if the trace has no
+    times); `prompt` / `output` are int64. Rows `offset` .. `offset + limit` (all remaining if limit is
+    None). Parsed files are cached (keyed by path, size and mtime).
+    """
+    tr = _read_trace(spec, key)
+    n_all = tr.prompt.shape[0]
+    check(int(offset) >= 0, key, f"offset {offset} must be >= 0")
+    check(int(offset) < n_all, key, f"offset {offset} is past the end of the trace ({n_all} rows)")
+    check(limit is None or int(limit) >= 1, key, f"limit {limit} must be >= 1 (or None for all rows)")
+    sl = slice(int(offset), n_all if limit is None else int(offset) + int(limit))
+    prompt, output = tr.prompt[sl].copy(), tr.output[sl].copy()
+    if tr.times is None:
+        arrival = np.full(prompt.shape[0], np.nan)
+    else:
+        arrival = tr.times[sl] - tr.times[sl][0]
+    return pd.DataFrame({"arrival_s": arrival, "prompt": prompt, "output": output})
+
+
+# --------------------------------------------------------------------------- lengths
+def sample_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, key: str = "length") -> np.ndarray:
+    """Draw `n` int64 token lengths from `cfg`, rounded and clipped to [cfg.min, cfg.max].
+
+    `key` names the config entry in error messages (e.g. "workload.prompt"). For `empirical` with a
+    `source` trace and no `column`, the column is the last part of `key` when it is prompt / output.
+    """
+    cfg.validate(key)
+    n = int(n)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    d = cfg.dist
+    if d == "fixed":
+        x = np.full(n, float(cfg.mean))
+    elif d == "uniform":
+        x = rng.integers(int(cfg.low), int(cfg.high), size=n, endpoint=True).astype(np.float64)
+    elif d == "geometric":
+        x = rng.geometric(1.0 / float(cfg.mean), size=n).astype(np.float64)
+    elif d == "gamma":
+        cv2 = float(cfg.cv) ** 2
+        x = rng.gamma(1.0 / cv2, float(cfg.mean) * cv2, size=n)
+    elif d == "lognormal":
+        s2 = math.log1p(float(cfg.cv) ** 2)
+        x = rng.lognormal(math.log(float(cfg.mean)) - s2 / 2.0, math.sqrt(s2), size=n)
+    else:  # empirical
+        pool = _empirical_pool(cfg, key)
+        x = pool[rng.integers(0, pool.shape[0], size=n)]
+    return np.clip(np.rint(x), int(cfg.min), int(cfg.max)).astype(np.int64)
+
+
+def _empirical_pool(cfg: LengthConfig, key: str) -> np.ndarray:
+    if cfg.values:
+        try:
+            pool = np.asarray(cfg.values, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}.values: must be a list of numbers, got {cfg.values!r}") from None
+        check(pool.size > 0 and bool(np.isfinite(pool).all()), f"{key}.values",
+              "must be a non-empty list of finite numbers")
+        return pool
+    col = cfg.column
+    if col is None:
+        col = key.rsplit(".", 1)[-1]
+        check(col in ("prompt", "output"), f"{key}.column",
+              "empirical with `source` needs column: prompt or output")
+    check(col in _COLUMN_ALIASES, f"{key}.column", f"got {col!r}; allowed: {', '.join(_COLUMN_ALIASES)}")
+    tr = _read_trace(cfg.source, f"{key}.source")
+    return (tr.prompt if _COLUMN_ALIASES[col] == "prompt" else tr.output).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- arrivals
+def _steps_schedule(cfg: WorkloadConfig, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints T (starting at 0) and rates R of the piecewise-constant `steps` rate."""
+    steps = cfg.steps
+    check(isinstance(steps, (list, tuple)) and len(steps) > 0, f"{key}.steps",
+          "arrival=steps needs [[t_start_s, rate], ...]")
+    ts, rs = [], []
+    for i, st in enumerate(steps):
+        ok = isinstance(st, (list, tuple)) and len(st) == 2
+        try:
+            t, r = (float(st[0]), float(st[1])) if ok else (math.nan, math.nan)
+        except (TypeError, ValueError):
+            t, r = math.nan, math.nan
+        check(math.isfinite(t) and math.isfinite(r) and t >= 0 and r >= 0, f"{key}.steps[{i}]",
+              f"got {st!r}; need [t_start_s >= 0, rate >= 0]")
+        check(not ts or t > ts[-1], f"{key}.steps[{i}]",
+              f"t_start {t} must be > the previous one ({ts[-1] if ts else 0}); steps are sorted by time")
+        ts.append(t)
+        rs.append(r)
+    check(rs[-1] > 0, f"{key}.steps[{len(rs) - 1}]", "the last rate must be > 0 (it holds forever)")
+    if ts[0] > 0:
+        base = float(cfg.rate) if cfg.rate is not None else 0.0
+        ts.insert(0, 0.0)
+        rs.insert(0, base)
+    return np.asarray(ts), np.asarray(rs)
+
+
+def _arrivals_steps(n: int, T: np.ndarray, R: np.ndarray, t0: float, rng: np.random.Generator) -> np.ndarray:
+    L = np.concatenate([[0.0], np.cumsum(R[:-1] * np.diff(T))])  # cumulative intensity at T
+    k0 = int(np.searchsorted(T, t0, side="right") - 1)
+    s = L[k0] + R[k0] * (t0 - T[k0]) + np.cumsum(rng.exponential(1.0, size=n))
+    k = np.searchsorted(L, s, side="right") - 1  # zero-rate segments are skipped (equal L)
+    return T[k] + (s - L[k]) / R[k]
+
+
+def _arrivals_onoff(n: int, rate: float, on_s: float, off_s: float, t0: float,
+                    rng: np.random.Generator) -> np.ndarray:
+    r_on = rate * (on_s + off_s) / on_s
+    u = np.cumsum(rng.exponential(1.0 / r_on, size=n))  # times on the "on" clock
+    m = int(u[-1] / on_s * 1.25) + 16
+    on = rng.exponential(on_s, size=m)
+    off = rng.exponential(off_s, size=m)
+    while on.sum() <= u[-1]:
+        on = np.concatenate([on, rng.exponential(on_s, size=m)])
+        off = np.concatenate([off, rng.exponential(off_s, size=m)])
+    k = np.searchsorted(np.cumsum(on), u, side="right")  # on-period holding u
+    off_before = np.concatenate([[0.0], np.cumsum(off)])[k]
+    return t0 + u + off_before
+
+
+def _arrivals_diurnal(n: int, rate: float, amp: float, period: float, t0: float,
+                      rng: np.random.Generator) -> np.ndarray:
+    lam_max = rate * (1.0 + amp)
+    out, need, t = [], n, t0
+    while need > 0:
+        m = int(need * (1.0 + amp) * 1.1) + 32
+        cand = t + np.cumsum(rng.exponential(1.0 / lam_max, size=m))
+        keep = rng.random(m) * (1.0 + amp) < 1.0 + amp * np.sin(2.0 * np.pi * cand / period)
+        sel = cand[keep][:need]
+        out.append(sel)
+        need -= sel.shape[0]
+        t = float(cand[-1])
+    return np.concatenate(out)
+
+
+def _arrivals(kind: str, n: int, rate: float | None, t0: float, cfg: WorkloadConfig, rate_key: str,
+              rng: np.random.Generator, steps: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """`n` absolute arrival times of the open-loop process `kind`, continuing after time `t0`."""
+    if kind == "steps":
+        assert steps is not None
+        return _arrivals_steps(n, steps[0], steps[1], t0, rng)
+    check(rate is not None, rate_key, f"arrival={kind} needs rate > 0 (rate: null only replays a trace's times)")
+    check_positive(rate, rate_key)
+    rate = float(rate)
+    if kind == "poisson":
+        return t0 + np.cumsum(rng.exponential(1.0 / rate, size=n))
+    if kind == "deterministic":
+        return t0 + np.arange(1, n + 1, dtype=np.float64) / rate
+    if kind == "gamma":
+        cv2 = float(cfg.cv) ** 2
+        return t0 + np.cumsum(rng.gamma(1.0 / cv2, cv2 / rate, size=n))
+    if kind == "onoff":
+        return _arrivals_onoff(n, rate, float(cfg.on_s), float(cfg.off_s), t0, rng)
+    if kind == "diurnal":
+        check_positive(cfg.period_s, "workload.period_s")
+        return _arrivals_diurnal(n, rate, float(cfg.amplitude), float(cfg.period_s), t0, rng)
+    raise ConfigError(f"workload.arrival: got {kind!r}; allowed: {', '.join(WorkloadConfig.ARRIVALS)}")
+
+
+# --------------------------------------------------------------------------- prefixes
+def _prefixes(cfg: WorkloadConfig, prompt: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n = prompt.shape[0]
+    groups = int(cfg.prefix_groups)
+    check(groups >= 0, "workload.prefix_groups", f"got {cfg.prefix_groups}; must be >= 0")
+    if groups == 0:
+        return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    zipf = float(getattr(cfg, "prefix_zipf", 0.0) or 0.0)
+    check(zipf >= 0, "workload.prefix_zipf", f"got {zipf}; must be >= 0")
+    if zipf == 0.0:
+        key = rng.integers(0, groups, size=n, dtype=np.int64)
+    else:
+        w = np.cumsum(1.0 / np.arange(1, groups + 1, dtype=np.float64) ** zipf)
+        key = np.minimum(np.searchsorted(w / w[-1], rng.random(n), side="right"), groups - 1).astype(np.int64)
+    plen = np.floor(float(cfg.prefix_frac) * prompt).astype(np.int64)
+    plen = np.minimum(plen, prompt)
+    key[plen == 0] = -1
+    return key, plen
+
+
+# --------------------------------------------------------------------------- workload
+def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
+    """Build the requests of one run from `cfg`, drawing every random number from `rng`."""
+    rng = np.random.default_rng(rng)  # a Generator passes through unchanged
+    cfg.validate("workload")
+    if cfg.arrival == "trace":
+        check(cfg.trace is not None, "workload.trace",
+              "arrival=trace needs a trace: a CSV path or a shipped name: " + ", ".join(SHIPPED_TRACES))
+    if cfg.trace is not None:
+        check(not cfg.phases, "workload.phases",
+              "cannot be combined with workload.trace; use phases[i].prompt/output with dist=empirical "
+              "and source=<trace> instead")
+        return _trace_workload(cfg, rng)
+
+    closed = cfg.arrival == "closed"
+    phases = list(cfg.phases or [])
+    steps = _steps_schedule(cfg, "workload") if cfg.arrival == "steps" else None
+    if phases:
+        segs = []
+        for i, ph in enumerate(phases):
+            pk = f"workload.phases[{i}]"
+            check(int(ph.num_requests) >= 1, f"{pk}.num_requests", f"got {ph.num_requests}; must be >= 1")
+            if ph.rate is not None:
+                check_positive(ph.rate, f"{pk}.rate")
+                check(cfg.arrival != "steps", f"{pk}.rate",
+                      "not allowed with arrival=steps (the steps schedule sets the rate)")
+            if ph.concurrency is not None:
+                check(int(ph.concurrency) >= 1, f"{pk}.concurrency", f"got {ph.concurrency}; must be >= 1")
+            segs.append((int(ph.num_requests), ph.prompt, ph.output,
+                         ph.rate if ph.rate is not None else cfg.rate,
+                         int(ph.concurrency if ph.concurrency is not None else cfg.concurrency), pk))
+    else:
+        segs = [(int(cfg.num_requests), cfg.prompt, cfg.output, cfg.rate, int(cfg.concurrency), "workload")]
+
+    prompts, outputs, arrivals, concs = [], [], [], []
+    t0 = 0.0
+    for n, pcfg, ocfg, rate, conc, pk in segs:
+        prompts.append(sample_lengths(pcfg, n, rng, key=f"{pk}.prompt"))
+        outputs.append(sample_lengths(ocfg, n, rng, key=f"{pk}.output"))
+        if closed:
+            concs.append(np.full(n, conc, dtype=np.int64))
+        else:
+            rate_key = f"{pk}.rate" if pk != "workload" and rate is not None else "workload.rate"
+            a = _arrivals(cfg.arrival, n, rate, t0, cfg, rate_key, rng, steps)
+            arrivals.append(a)
+            t0 = float(a[-1])
+    prompt = np.concatenate(prompts)
+    output = np.concatenate(outputs)
+    key, plen = _prefixes(cfg, prompt, rng)
+    return Workload(prompt=prompt, output=output,
+                    arrival=None if closed else np.concatenate(arrivals),
+                    prefix_key=key, prefix_len=plen,
+                    concurrency=np.concatenate(concs) if closed else None,
+                    think_s=float(cfg.think_s) if closed else 0.0)
+
+
+def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
+    tr = _read_trace(cfg.trace, "workload.trace")
+    n_all = tr.prompt.shape[0]
+    off = int(cfg.trace_offset)
+    check(off < n_all, "workload.trace_offset", f"got {off}; the trace {cfg.trace!r} has {n_all} rows")
+    want = int(cfg.num_requests)
+    n = min(want, n_all - off)
+    if n < want:
+        warnings.warn(f"workload.num_requests: trace {cfg.trace!r} has only {n} rows from trace_offset {off}; "
+                      f"replaying {n} requests instead of {want}", WorkloadWarning, stacklevel=3)
+    prompt = tr.prompt[off:off + n].copy()
+    output = tr.output[off:off + n].copy()
+    if cfg.time_scale is not None:
+        check_positive(cfg.time_scale, "workload.time_scale")
+    closed = cfg.arrival == "closed"
+    arrival = None
+    if cfg.arrival == "trace" and tr.times is not None:
+        arrival = tr.times[off:off + n] - tr.times[off]
+        span = float(arrival[-1])
+        if cfg.time_scale is not None:
+            arrival = arrival * float(cfg.time_scale)
+        elif cfg.rate is not None and n >= 2 and span > 0:
+            arrival = arrival * (((n - 1) / span) / float(cfg.rate))
+    elif not closed:
+        kind = cfg.arrival
+        if kind == "trace":
+            warnings.warn(f"workload.arrival: trace {cfg.trace!r} has no arrival times; using poisson arrivals "
+                          f"at workload.rate={cfg.rate}", WorkloadWarning, stacklevel=3)
+            kind = "poisson"
+        elif cfg.time_scale is not None:
+            warnings.warn(f"workload.time_scale: unused with arrival={kind} (it only scales a trace's own times)",
+                          WorkloadWarning, stacklevel=3)
+        steps = _steps_schedule(cfg, "workload") if kind == "steps" else None
+        arrival = _arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng, steps)
+    key, plen = _prefixes(cfg, prompt, rng)
+    return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
+                    concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,
+                    think_s=float(cfg.think_s) if closed else 0.0)
