@@ -43,12 +43,13 @@ def policy_sets(cfg) -> list[tuple[str, dict]]:
 
 
 def metrics_table(rows: dict[str, dict], title: str) -> Table:
+    """Metrics as rows, policy sets as columns (fits a terminal whatever the number of metrics)."""
     t = Table(title=title)
-    t.add_column("policy set")
+    t.add_column("metric")
+    for label in rows:
+        t.add_column(label, justify="right")
     for k in SHOWN:
-        t.add_column(k, justify="right")
-    for label, m in rows.items():
-        t.add_row(label, *[_fmt(m.get(k)) for k in SHOWN])
+        t.add_row(k, *[_fmt(m.get(k)) for m in rows.values()])
     return t
 
 

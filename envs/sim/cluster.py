@@ -93,6 +93,7 @@ class Simulator:
         self._start_pending: set[tuple[int, int]] = set()  # (kind, inst) start events already queued
         self._wall = 0.0
         self._started = False
+        self._healthy: list[int] | None = None
 
     # ------------------------------------------------------------------ construction
     def _build_disaggregated(self) -> None:
@@ -148,7 +149,13 @@ class Simulator:
     # ------------------------------------------------------------------ policy action API
     def healthy_prefill(self) -> list[int]:
         """Instances that accept prompts (prefill, or colocated) and that health checks call healthy."""
-        return np.flatnonzero(self.prefill_healthy).tolist()
+        if self._healthy is None:
+            self._healthy = np.flatnonzero(self.prefill_healthy).tolist()
+        return self._healthy
+
+    def _set_healthy(self, inst: int, value: bool) -> None:
+        self.prefill_healthy[inst] = value
+        self._healthy = None
 
     def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
         """Send buffered request `rid` to instance `inst` (DP unit `dp`, or the engine's choice)."""
@@ -427,18 +434,18 @@ class Simulator:
         req.done[rid] += 1
         self.tokens_out += 1
 
-    def _segment_itl(self, rid: int, step_t, s0: int, s1: int) -> None:
-        """Account the tokens of decode steps s0+1..s1 of `rid` in its longest inter-token gap."""
+    def _segment_itl(self, rid: int, steps, s0: int, s1: int) -> None:
+        """Account the tokens of steps s0+1..s1 of `rid` (a decode instance or colocated unit) in its
+        longest inter-token gap; `steps.gap` holds each step's gap since the previous step's end."""
         if s1 <= s0:
             return
         req = self.req
-        seg = step_t.data[s0:s1]
-        g = seg[0] - req.last_tok[rid]
+        g = steps.step_t.data[s0] - req.last_tok[rid]
         if s1 - s0 > 1:
-            g = max(g, float(np.max(np.diff(seg))))
+            g = max(g, float(steps.gap.data[s0 + 1:s1].max()))
         if g > req.itl_max[rid]:
             req.itl_max[rid] = g
-        req.last_tok[rid] = seg[-1]
+        req.last_tok[rid] = steps.step_t.data[s1 - 1]
 
     # ------------------------------------------------------------------ prefill instances
     def _device_arrive(self, rid: int, inst: int) -> None:
@@ -590,7 +597,7 @@ class Simulator:
         while d.kv[w] + d.batch[w] > d.kv_cap[w]:
             rid = max(d.active[w], key=lambda r: (req.admit_step[r], r))
             s0 = int(req.admit_step[rid])
-            self._segment_itl(rid, d.step_t, s0, d.steps)
+            self._segment_itl(rid, d, s0, d.steps)
             req.done[rid] = req.done_at_admit[rid] + (d.steps - s0)
             d.active[w].discard(rid)
             d.batch[w] -= 1
@@ -610,6 +617,7 @@ class Simulator:
         d.busy = False
         d.steps += 1
         s = d.steps
+        d.gap.append(self.now - d.step_t.data[s - 2] if s > 1 else 0.0)
         d.step_t.append(self.now)
         nb = int(d.batch.sum())
         self.tokens_out += nb
@@ -621,7 +629,7 @@ class Simulator:
                 if req.finish_step[rid] != s or req.decode_inst[rid] != inst or req.state[rid] != R.DECODE:
                     continue
                 w = int(req.worker[rid])
-                self._segment_itl(rid, d.step_t, int(req.admit_step[rid]), s)
+                self._segment_itl(rid, d, int(req.admit_step[rid]), s)
                 req.done[rid] = req.output[rid]
                 d.batch[w] -= 1
                 d.kv[w] -= req.prompt[rid] + req.output[rid]
@@ -729,7 +737,7 @@ class Simulator:
         while u.n_decoding and u.kv_used + u.n_decoding > u.kv_cap:
             rid = max(u.decoding, key=lambda r: (req.admit_step[r], r))
             s0 = int(req.admit_step[rid])
-            self._segment_itl(rid, u.step_t, s0, u.steps)
+            self._segment_itl(rid, u, s0, u.steps)
             req.done[rid] = req.done_at_admit[rid] + (u.steps - s0)
             load = int(req.prompt[rid] + req.done[rid])
             u.decoding.discard(rid)
@@ -758,6 +766,7 @@ class Simulator:
                 n = u.n_decoding
                 u.steps += 1
                 s = u.steps
+                u.gap.append(self.now - u.step_t.data[s - 2] if s > 1 else 0.0)
                 u.step_t.append(self.now)
                 u.kv_used += n
                 u.decode_kv += n
@@ -767,7 +776,7 @@ class Simulator:
                     for rid in bucket:
                         if req.finish_step[rid] != s or req.state[rid] != R.DECODE or rid not in u.decoding:
                             continue
-                        self._segment_itl(rid, u.step_t, int(req.admit_step[rid]), s)
+                        self._segment_itl(rid, u, int(req.admit_step[rid]), s)
                         req.done[rid] = req.output[rid]
                         load = int(req.prompt[rid] + req.output[rid])
                         u.decoding.discard(rid)
@@ -823,7 +832,7 @@ class Simulator:
         elif what == "detect":
             P = self.prefill[arg]
             if not P.up:
-                self.prefill_healthy[arg] = False
+                self._set_healthy(arg, False)
                 lost, P.lost = P.lost, []
                 for rid in lost:
                     self._bounce(rid)
@@ -853,7 +862,7 @@ class Simulator:
         P.queued_tokens[:] = 0
         P.running_tokens[:] = 0
         if notify_after is None:  # planned scale-down: drained back to the scheduler at once
-            self.prefill_healthy[inst] = False
+            self._set_healthy(inst, False)
             for rid in stranded:
                 self._bounce(rid)
         else:
@@ -866,7 +875,7 @@ class Simulator:
         for rid in lost:  # came back before anyone noticed: its requests are resubmitted
             self._bounce(rid)
         P.up = True
-        self.prefill_healthy[inst] = True
+        self._set_healthy(inst, True)
         if notify:
             self.scheduler.on_topology_change(self)
 

@@ -82,7 +82,7 @@ class WorkloadConfig:
 
     num_requests: int = 1000
     arrival: str = "poisson"  # poisson | deterministic | gamma | onoff | steps | diurnal | closed | trace
-    rate: float = 10.0  # mean requests/s (open loop); with a trace: rescale to this rate if set
+    rate: float | None = 10.0  # mean requests/s (open loop); with arrival=trace: rescale to this rate (null: as recorded)
     cv: float = 2.0  # gamma inter-arrival coefficient of variation
     on_s: float = 5.0  # onoff: mean on-period (arrivals at rate / duty) ...
     off_s: float = 5.0  # ... and mean off-period (no arrivals)
@@ -98,6 +98,7 @@ class WorkloadConfig:
     time_scale: float | None = None  # multiply trace inter-arrival times by this (alternative to rate)
     prefix_groups: int = 0  # > 0: each request gets a prefix key in [0, prefix_groups) ...
     prefix_frac: float = 0.5  # ... that covers this fraction of its prompt
+    prefix_zipf: float = 0.0  # > 0: prefix keys Zipf-distributed with this exponent (0: uniform)
     phases: list[WorkloadPhase] | None = None  # concatenated segments (distribution shift)
 
     ARRIVALS = ("poisson", "deterministic", "gamma", "onoff", "steps", "diurnal", "closed", "trace")
@@ -105,10 +106,18 @@ class WorkloadConfig:
     def validate(self, key: str = "workload") -> None:
         check_choice(self.arrival, f"{key}.arrival", self.ARRIVALS)
         check(int(self.num_requests) >= 1, f"{key}.num_requests", f"got {self.num_requests}; must be >= 1")
-        if self.arrival not in ("closed",) and self.trace is None:
+        if self.arrival not in ("closed", "trace"):
             check_positive(self.rate, f"{key}.rate")
-        if self.trace is not None and self.rate is not None:
+        if self.arrival == "trace":
+            check(self.trace is not None, f"{key}.trace", "arrival=trace needs a trace (path or azure_conv, "
+                  "azure_code, splitwise_conv)")
+        if self.rate is not None:
             check_positive(self.rate, f"{key}.rate")
+        if self.time_scale is not None:
+            check_positive(self.time_scale, f"{key}.time_scale")
+        check(self.prefix_groups >= 0, f"{key}.prefix_groups", f"got {self.prefix_groups}; must be >= 0")
+        check(self.prefix_zipf >= 0, f"{key}.prefix_zipf", f"got {self.prefix_zipf}; must be >= 0")
+        check_positive(self.period_s, f"{key}.period_s")
         if self.arrival == "gamma":
             check_positive(self.cv, f"{key}.cv")
         if self.arrival == "onoff":
@@ -126,6 +135,11 @@ class WorkloadConfig:
         self.prompt.validate(f"{key}.prompt")
         self.output.validate(f"{key}.output")
         for i, ph in enumerate(self.phases or []):
+            check(ph.num_requests >= 1, f"{key}.phases[{i}].num_requests", "must be >= 1")
+            if ph.rate is not None:
+                check_positive(ph.rate, f"{key}.phases[{i}].rate")
+            if ph.concurrency is not None:
+                check(ph.concurrency >= 1, f"{key}.phases[{i}].concurrency", "must be >= 1")
             ph.prompt.validate(f"{key}.phases[{i}].prompt")
             ph.output.validate(f"{key}.phases[{i}].output")
 
@@ -263,8 +277,8 @@ def _build(cls, data: Any, key: str):
         if k not in fields:
             raise ConfigError(f"{sub_key}: unknown key; allowed: {', '.join(fields)}")
         sub = _NESTED.get((cls, k))
-        if sub is not None:
-            if k == "phases" and v is not None:
+        if sub is not None and v is not None:
+            if k == "phases":
                 v = [_build(sub, p, f"{sub_key}[{i}]") for i, p in enumerate(v)]
             else:
                 v = _build(sub, v, sub_key)

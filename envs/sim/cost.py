@@ -45,13 +45,16 @@ DEFAULT_MEAN_CTX = 1024.0  # cost.params.mean_prompt / mean_ctx say otherwise
 class CostModel(abc.ABC):
     """Time of one forward pass of an instance with `dp` barrier-synchronised DP units."""
 
-    dp: int
     last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
+
+    def __init__(self, dp: int):
+        self.dp = dp
+        self._ones = np.ones(dp)  # x.dot(ones) is the cheapest sum of a small vector
 
     @abc.abstractmethod
     def pass_time(self, prefill_tokens: np.ndarray, prefill_attn: np.ndarray,
                   decode_reqs: np.ndarray, decode_kv: np.ndarray) -> float:
-        """Seconds for one pass; each argument has one entry per DP unit.
+        """Seconds for one pass; each argument has one entry per DP unit, all >= 0.
 
         prefill_attn[d] = sum over the prompt pieces on unit d of
         piece_len * (prior_context + piece_len / 2); decode_kv[d] = KV tokens read by
@@ -60,7 +63,7 @@ class CostModel(abc.ABC):
 
     def _barrier(self, unit: np.ndarray) -> float:
         mx = float(unit.max())
-        self.last_idle_frac = 1.0 - float(unit.sum()) / (mx * self.dp) if mx > 0 else 0.0
+        self.last_idle_frac = 1.0 - float(unit.dot(self._ones)) / (mx * self.dp) if mx > 0 else 0.0
         return mx
 
 
@@ -97,7 +100,7 @@ class RooflineCost(CostModel):
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig):
-        self.dp = inst.dp
+        super().__init__(inst.dp)
         tp, ep = inst.tp, inst.ep
         flops = hw.flops_fp8 if model.weight_bytes <= 1 and hw.flops_fp8 > 0 else hw.flops_bf16
         f = flops * hw.mfu
@@ -109,20 +112,24 @@ class RooflineCost(CostModel):
         expert_flops = 2.0 * model.expert_params * model.moe_layers * k  # per token
         self._shared = moe and ep > tp
         self._moe_local = moe and not self._shared
-
         attn = 4.0 * model.layers * model.num_heads / tp / f
-        self._c_tok = (2.0 * model.nonrouted_params + (expert_flops if self._moe_local else 0.0)) / tp / f
-        self._c_pa = attn * model.head_dim
-        self._c_dk = attn * (model.kv_width if model.attention == "mla" else model.head_dim)
-        self._m_tok = (kvb + ACT_BYTES * model.layers * model.hidden) / b
-        self._m_pa = kvb / Q_TILE / b
-        self._m_dk = kvb / b
-        self._m_w = model.nonrouted_params * wb / tp / b
         shard = max(ep, tp)
+
+        # Per-unit coefficients as length-dp vectors: array * array is the cheapest NumPy op.
+        def vec(x: float) -> np.ndarray:
+            return np.full(self.dp, x)
+
+        self._c_tok = vec((2.0 * model.nonrouted_params + (expert_flops if self._moe_local else 0.0)) / tp / f)
+        self._c_pa = vec(attn * model.head_dim)
+        self._c_dk = vec(attn * (model.kv_width if model.attention == "mla" else model.head_dim))
+        self._m_tok = vec((kvb + ACT_BYTES * model.layers * model.hidden) / b)
+        self._m_pa = vec(kvb / Q_TILE / b)
+        self._m_dk = vec(kvb / b)
+        self._m_w = vec(model.nonrouted_params * wb / tp / b)
         self._exp_read = n_exp / shard * model.expert_params * model.moe_layers * wb / b if moe else 0.0
         self._exp_rate = k * (shard / tp) / n_exp if moe else 0.0  # P(expert touched) = 1 - exp(-rate tok)
         self._exp_c = expert_flops / tp / f
-        self._interf = hw.interference * self._m_dk
+        self._interf = vec(hw.interference * kvb / b) if hw.interference > 0 else None
         self._overhead = hw.pass_overhead_s
 
         comm = 0.0  # seconds per token of the busiest unit
@@ -136,20 +143,33 @@ class RooflineCost(CostModel):
         self._comm = comm
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
-        tok = prefill_tokens + decode_reqs
-        c = tok * self._c_tok + prefill_attn * self._c_pa + decode_kv * self._c_dk
-        m = tok * self._m_tok + prefill_attn * self._m_pa + decode_kv * self._m_dk
-        m += np.where(tok > 0, self._m_w, 0.0)
+        ones = self._ones
+        n_p = float(prefill_tokens.dot(ones))
+        n_d = float(decode_reqs.dot(ones))
+        if n_p > 0 and n_d > 0:
+            tok = prefill_tokens + decode_reqs
+        else:  # disaggregated instances run one phase: skip the other's terms
+            tok = prefill_tokens if n_p > 0 else decode_reqs
+        c = tok * self._c_tok
+        m = tok * self._m_tok
+        if n_p > 0:
+            c += prefill_attn * self._c_pa
+            m += prefill_attn * self._m_pa
+        if n_d > 0:
+            c += decode_kv * self._c_dk
+            m += decode_kv * self._m_dk
+        m += np.sign(tok) * self._m_w
         if self._shared:
-            mean = float(tok.sum()) / self.dp
+            mean = (n_p + n_d) / self.dp
             c += mean * self._exp_c
             m += self._exp_read * -math.expm1(-mean * self._exp_rate)
         elif self._moe_local:
             m -= self._exp_read * np.expm1(tok * -self._exp_rate)
         unit = np.maximum(c, m)
-        if self._interf > 0 and prefill_tokens.any() and decode_reqs.any():
-            unit += np.where((prefill_tokens > 0) & (decode_reqs > 0), decode_kv * self._interf, 0.0)
-        return self._overhead + self._barrier(unit) + float(tok.max()) * self._comm
+        if n_p > 0 and n_d > 0 and self._interf is not None:
+            unit += np.sign(prefill_tokens * decode_reqs) * decode_kv * self._interf
+        comm = float(tok.max()) * self._comm if self._comm else 0.0
+        return self._overhead + self._barrier(unit) + comm
 
 
 def _kv_shards(model: ModelProfile, tp: int) -> int:
@@ -170,19 +190,23 @@ class LinearCost(CostModel):
     KEYS = ("a_p", "b_p", "a_d", "b_d", "b_kv", "a_mb", "c0", "c1", "c2")
 
     def __init__(self, dp: int, coef: Mapping[str, float]):
-        self.dp = dp
+        super().__init__(dp)
         for name in self.KEYS:
             setattr(self, name, float(coef.get(name, 0.0)))
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
-        has_p, has_d = prefill_tokens > 0, decode_reqs > 0
-        unit = (np.where(has_p, self.a_p + self.b_p * prefill_tokens, 0.0)
-                + np.where(has_d, self.a_d + self.b_d * decode_reqs + self.b_kv * decode_kv, 0.0))
-        mixed = has_p & has_d
-        if mixed.any():
-            n = prefill_tokens + decode_reqs
-            r = np.divide(decode_reqs, n, out=np.zeros(self.dp), where=mixed)
-            unit = np.where(mixed, self.a_mb + (self.c0 + (self.c1 + self.c2 * r) * r) * n, unit)
+        n_p = prefill_tokens.dot(self._ones)
+        n_d = decode_reqs.dot(self._ones)
+        if n_d == 0:
+            unit = np.sign(prefill_tokens) * (prefill_tokens * self.b_p + self.a_p)
+        else:
+            unit = np.sign(decode_reqs) * (decode_reqs * self.b_d + decode_kv * self.b_kv + self.a_d)
+            if n_p > 0:
+                pre = np.sign(prefill_tokens) * (prefill_tokens * self.b_p + self.a_p)
+                n = prefill_tokens + decode_reqs
+                r = decode_reqs / np.maximum(n, 1.0)
+                mix = (self.c0 + (self.c1 + self.c2 * r) * r) * n + self.a_mb
+                unit = np.where(prefill_tokens * decode_reqs > 0, mix, unit + pre)
         return self._barrier(unit)
 
 
@@ -192,7 +216,8 @@ class PiecewiseLinearCost(CostModel):
     decode requests; a unit without work costs 0; the instance takes the max."""
 
     def __init__(self, dp: int, c: float, a: float, b0: float):
-        self.dp, self.c, self.a, self.b0 = dp, c, a, b0
+        super().__init__(dp)
+        self.c, self.a, self.b0 = c, a, b0
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
         b = prefill_tokens + decode_reqs
@@ -208,7 +233,7 @@ class TableCost(CostModel):
     Outside the measured range the end values are held (np.interp)."""
 
     def __init__(self, dp: int, path: str):
-        self.dp = dp
+        super().__init__(dp)
         key = "cost.params.path"
         check(os.path.isfile(path), key, f"file not found: {path}")
         with open(path, newline="") as fh:
@@ -337,10 +362,6 @@ def kv_capacity_tokens(hw: HardwareProfile, model: ModelProfile, inst: InstanceC
 def kv_transfer_time(tokens: float, hw: HardwareProfile, model: ModelProfile, link: str,
                      base_s: float) -> float:
     """Seconds to move `tokens` tokens of KV cache over one device's `link` (scaleout | scaleup)."""
-    if link == "scaleout":
-        bw = hw.scaleout_bw
-    elif link == "scaleup":
-        bw = hw.scaleup_bw
-    else:
-        check_choice(link, "cluster.kv_link", ("scaleout", "scaleup"))
+    check_choice(link, "cluster.kv_link", ("scaleout", "scaleup"))
+    bw = hw.scaleout_bw if link == "scaleout" else hw.scaleup_bw
     return base_s + tokens * model.kv_bytes_per_token / bw

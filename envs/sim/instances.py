@@ -93,6 +93,7 @@ class DecodeInstance:
         self.active = [set() for _ in range(dp)]
         self.steps = 0  # completed steps
         self.step_t = GrowingArray()  # step_t.data[s - 1] = end time of step s
+        self.gap = GrowingArray()  # gap.data[s - 1] = end of step s minus end of step s - 1
         self.buckets: dict[int, list[int]] = {}  # finish step -> requests (lazy deletion on preempt)
         self.busy = False
         self.step_start = 0.0
@@ -122,6 +123,7 @@ class ColocatedUnit:
         self.decode_kv = 0  # KV read by one decode iteration (sum of decoding loads)
         self.steps = 0  # decode iterations completed (each gives every decoding request a token)
         self.step_t = GrowingArray()
+        self.gap = GrowingArray()
         self.buckets: dict[int, list[int]] = {}
 
     @property

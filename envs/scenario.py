@@ -1,0 +1,55 @@
+"""Named scenarios (conf/scenario/NAME.yaml) as plain objects, for code that runs outside a Hydra app.
+
+The Gymnasium envs, the reproductions and the tests build their clusters from the same
+files the command-line apps use, so a scenario means one thing everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from functools import lru_cache
+
+from omegaconf import OmegaConf
+
+from pdgym.envs.sim.config import ConfigError, SimConfig, sim_config
+
+
+@dataclass
+class Scenario:
+    name: str
+    sim: SimConfig  # validated simulator config
+    policy: dict  # {prefill, decode, batching}: the scenario's default policy specs
+    raw: dict  # the whole composed config (for keys beyond the simulator's)
+
+
+def scenario_names() -> list[str]:
+    root = importlib.resources.files("pdgym.conf") / "scenario"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+@lru_cache(maxsize=64)
+def _compose(name: str, overrides: tuple[str, ...]) -> dict:
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_module("pdgym.conf", version_base=None):
+        try:
+            cfg = compose(config_name="config", overrides=[f"scenario={name}", *overrides])
+        except HydraException as exc:
+            raise ConfigError(f"scenario overrides: {str(exc).splitlines()[0]}") from None
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Compose conf/config.yaml with scenario NAME and Hydra-style overrides ('workload.rate=5')."""
+    names = scenario_names()
+    if name not in names:
+        raise ConfigError(f"scenario: unknown {name!r}; allowed: {', '.join(names)}")
+    raw = _compose(name, tuple(overrides))
+    sim = sim_config({k: raw[k] for k in ("hardware", "model", "cluster", "workload", "cost", "faults", "slo",
+                                          "oracle", "max_sim_time_s")})
+    return Scenario(name=name, sim=sim, policy=dict(raw.get("policy") or {}), raw=raw)
