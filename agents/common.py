@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pdgym.envs.sim.config import ConfigError, SimConfig, sim_config
+from pdgym.envs.sim.config import ConfigError, SimConfig, check_key_path, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))
 
@@ -63,3 +63,29 @@ def run_dir() -> Path:
     from hydra.core.hydra_config import HydraConfig
 
     return Path(HydraConfig.get().runtime.output_dir)
+
+
+def check_group_choices(argv: list[str], app: str) -> None:
+    """Fail with one line if a command-line override picks a config-group option that does not exist.
+
+    Hydra would say so too, over several lines and after creating the run directory.
+    """
+    import importlib.resources
+
+    root = importlib.resources.files("pdgym.conf")
+    for arg in argv:
+        if "=" not in arg or arg.startswith(("hydra", "-")):
+            continue
+        key, _, value = arg.lstrip("+~").partition("=")
+        if "." in key and key.split(".")[0] in SIM_KEYS and not arg.startswith("+"):
+            try:
+                check_key_path(key)
+            except ConfigError as exc:
+                fail(app, str(exc))
+            continue
+        group = root.joinpath(*key.split("/"))
+        if not group.is_dir() or "," in value or value in ("null", ""):
+            continue
+        options = sorted(p.name[:-5] for p in group.iterdir() if p.name.endswith(".yaml"))
+        if value not in options:
+            fail(app, f"{key}: unknown {value!r}; allowed: {', '.join(options)}")

@@ -10,6 +10,8 @@ plots put them side by side.
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 from rich.console import Console
@@ -20,7 +22,7 @@ from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
 
 from . import plots
-from .common import one_line_errors, policy_spec, run_dir, sim_config_from, to_container
+from .common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container
 
 SHOWN = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p95", "throughput_tok_s", "rps", "imbalance_mean",
          "chunk_util_mean", "sched_queue_s", "device_queue_s", "finished", "rejected", "wall_time_s")
@@ -87,8 +89,13 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run(cfg)
+
+
+def main() -> None:
+    check_group_choices(sys.argv[1:], "pdgym-sim")
+    _hydra_main()
 
 
 if __name__ == "__main__":

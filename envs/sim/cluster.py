@@ -82,6 +82,7 @@ class Simulator:
         self.finished_run = False
         self.stalled = False
         self.n_resolved = 0
+        self.completed: list[int] = []  # finished request ids in completion order (their output is known)
         self.tokens_out = 0  # output tokens produced (conservation check)
         self.dropped_signals = 0
         self.n_events = 0
@@ -104,7 +105,7 @@ class Simulator:
         dcost = build_cost_model(cost_cfg, hw, model, d)
         self.prefill = [PrefillInstance(i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries)
                         for i in range(n_prefill)]
-        kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d)
+        kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d, key="cluster.decode")
         self.decode = [DecodeInstance(i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
         self.prefill_healthy = np.arange(n_prefill) < p.count
         for inst in self.prefill[p.count:]:
@@ -118,7 +119,7 @@ class Simulator:
         cl = self.cfg.cluster
         c = cl.colocated
         cost = build_cost_model(self.cfg.cost, self.hw, self.model, c)
-        kv_cap = c.kv_capacity_tokens or kv_capacity_tokens(self.hw, self.model, c)
+        kv_cap = c.kv_capacity_tokens or kv_capacity_tokens(self.hw, self.model, c, key="cluster.colocated")
         self.colocated = [ColocatedInstance(i, c.dp, c.batch_limit, kv_cap, c.chunk_tokens, cost)
                           for i in range(c.count)]
         self.prefill_healthy = np.ones(c.count, dtype=bool)
@@ -408,6 +409,7 @@ class Simulator:
         req = self.req
         req.state[rid] = R.FINISHED
         req.finish[rid] = self.now
+        self.completed.append(rid)
         self._resolved()
 
     def _reject(self, rid: int, code: int, release: bool = True) -> None:
@@ -693,7 +695,7 @@ class Simulator:
                                            f"(slots {u.free_slots}, KV {u.kv_cap - u.kv_used} free, need {need})")
                     u.waiting.remove(rid)
                     u.prefilling.append(rid)
-                    u.kv_used += need - 1
+                    u.kv_used += need  # its context plus the token its prefill will produce
                     req.state[rid] = R.PREFILL
                     if math.isnan(req.prefill_start[rid]):
                         req.prefill_start[rid] = now
@@ -789,7 +791,6 @@ class Simulator:
                     continue
                 u.prefilling.remove(rid)
                 self._token(rid)
-                u.kv_used += 1
                 if req.done[rid] >= req.output[rid]:
                     u.kv_used -= int(req.prompt[rid] + req.done[rid])
                     self._finish(rid)

@@ -107,7 +107,8 @@ class WorkloadConfig:
         check_choice(self.arrival, f"{key}.arrival", self.ARRIVALS)
         check(int(self.num_requests) >= 1, f"{key}.num_requests", f"got {self.num_requests}; must be >= 1")
         if self.arrival not in ("closed", "trace"):
-            check_positive(self.rate, f"{key}.rate")
+            check(isinstance(self.rate, (int, float)) and self.rate > 0, f"{key}.rate",
+                  f"got {self.rate!r}; arrival={self.arrival} needs rate > 0 (rate: null only replays a trace's times)")
         if self.arrival == "trace":
             check(self.trace is not None, f"{key}.trace", "arrival=trace needs a trace (path or azure_conv, "
                   "azure_code, splitwise_conv)")
@@ -276,6 +277,7 @@ def _build(cls, data: Any, key: str):
         sub_key = f"{key}.{k}" if key else k
         if k not in fields:
             raise ConfigError(f"{sub_key}: unknown key; allowed: {', '.join(fields)}")
+        _check_type(fields[k], v, sub_key)
         sub = _NESTED.get((cls, k))
         if sub is not None and v is not None:
             if k == "phases":
@@ -284,6 +286,21 @@ def _build(cls, data: Any, key: str):
                 v = _build(sub, v, sub_key)
         kwargs[k] = v
     return cls(**kwargs)
+
+
+def _check_type(f: dataclasses.Field, v: Any, key: str) -> None:
+    """Scalars must have the type their default has (ints may not be fractional)."""
+    default = f.default
+    if v is None or default is dataclasses.MISSING or default is None or f.type == "Any":
+        return
+    if isinstance(default, bool):
+        check(isinstance(v, bool), key, f"got {v!r}; must be true or false")
+    elif isinstance(default, (int, float)):
+        check(isinstance(v, (int, float)) and not isinstance(v, bool), key, f"got {v!r}; must be a number")
+        if isinstance(default, int):
+            check(float(v).is_integer(), key, f"got {v!r}; must be an integer")
+    elif isinstance(default, str):
+        check(isinstance(v, str), key, f"got {v!r}; must be a string")
 
 
 _NESTED = {
@@ -313,3 +330,20 @@ def sim_config(data: Any) -> SimConfig:
         except Exception as exc:  # pragma: no cover - defensive
             raise ConfigError(f"config: cannot read {type(data).__name__}: {exc}") from None
     return _build(SimConfig, data, "").validate()
+
+
+def check_key_path(path: str) -> None:
+    """Raise ConfigError if a dotted key (e.g. 'workload.prompt.mean') names no SimConfig field.
+
+    Keys under free-form mappings (hardware, model, cost.params) are not checked here.
+    """
+    cls = SimConfig
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        names = [f.name for f in dataclasses.fields(cls)]
+        if part not in names:
+            raise ConfigError(f"{'.'.join(parts[:i + 1])}: unknown key; allowed: {', '.join(names)}")
+        sub = _NESTED.get((cls, part))
+        if sub is None:
+            return
+        cls = sub

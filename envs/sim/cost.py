@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import csv
 import math
+import numbers
 import os
 import types
 from collections.abc import Mapping
@@ -96,7 +97,8 @@ class RooflineCost(CostModel):
     plus (1-r)*T prefill tokens from 1000-token prompts (attention pairs = 500 per token);
     m(r) = pass_time / T against pure decode d = pass_time(256 decodes x 1000 KV) / 256;
     the crossover m(r*) = d lies in [0.1, 0.35] on rtx_pro_6000 and [0.65, 0.95] on
-    h200 (EB study: about 0.2 and 0.8).
+    h200 (EB study: about 0.2 and 0.8). Those two profiles' interference (2.17, 0.95)
+    put r* at 0.20 and 0.80; the others follow 0.95 * (4.8 TB/s / hbm_bw)^0.84.
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig):
@@ -237,10 +239,14 @@ class TableCost(CostModel):
         key = "cost.params.path"
         check(os.path.isfile(path), key, f"file not found: {path}")
         with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        cols = set(rows[0]) if rows else set()
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+        cols = set(reader.fieldnames or ())
         check({"phase", "tokens", "time_s"} <= cols, key,
               f"{path} needs columns phase, tokens, time_s (has: {', '.join(sorted(cols)) or 'none'})")
+        bad = sorted({r["phase"] for r in rows} - {"prefill", "decode"})
+        if bad:
+            raise ConfigError(f"{key}: {path} has phase {bad[0]!r}; allowed: prefill, decode")
         self.by_kv = "kv" in cols
         curves = {}
         for phase in ("prefill", "decode"):
@@ -249,7 +255,7 @@ class TableCost(CostModel):
                 pts = sorted((float(r[x_col]), float(r["time_s"])) for r in rows if r["phase"] == phase)
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {path} has a non-numeric {x_col} or time_s in a {phase} row") from None
-            check(bool(pts), key, f"{path} has no {phase!r} rows (phase must be prefill or decode)")
+            check(bool(pts), key, f"{path} has no {phase!r} rows")
             check(all(t >= 0 for _, t in pts), key, f"{path} has a negative time_s")
             curves[phase] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
         self.xp, self.yp = curves["prefill"]
@@ -274,11 +280,12 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
     if cfg.kind == "linear":
         _check_params(params, LinearCost.KEYS + ("mean_prompt", "mean_ctx"), "linear")
         coef = {k: _nonneg(params, k) for k in params}
+        means = coef.pop("mean_prompt", DEFAULT_MEAN_PROMPT), coef.pop("mean_ctx", DEFAULT_MEAN_CTX)
+        for k, v in zip(("mean_prompt", "mean_ctx"), means):
+            check(v > 0, f"cost.params.{k}", f"got {v}; must be > 0")
         missing = [k for k in LinearCost.KEYS if k not in coef and k != "b_kv"]
-        if missing:
-            fit = linear_coefficients(RooflineCost(hw, model, inst),
-                                      coef.pop("mean_prompt", DEFAULT_MEAN_PROMPT),
-                                      coef.pop("mean_ctx", DEFAULT_MEAN_CTX))
+        if missing:  # fill what was not given from the roofline of this hardware, model and shape
+            fit = linear_coefficients(RooflineCost(hw, model, inst), *means)
             coef.update({k: fit[k] for k in missing})
         return LinearCost(inst.dp, coef)
     if cfg.kind == "piecewise_linear":
@@ -300,7 +307,7 @@ def _check_params(params: Mapping, allowed: tuple[str, ...], kind: str) -> None:
 
 def _nonneg(params: Mapping, k: str) -> float:
     v = params[k]
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
     check(ok, f"cost.params.{k}", f"got {v!r}; must be a number >= 0")
     return float(v)
 

@@ -109,7 +109,7 @@ def load_profile(cls: type, group: str, spec: Any, cached_by_name):
     raise ConfigError(f"{group}: expected a profile name or a mapping of its fields, got {type(spec).__name__}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hardware_by_name(name: str) -> HardwareProfile:
     return read_profile(HardwareProfile, "hardware", name)
 

@@ -119,7 +119,7 @@ class ColocatedUnit:
         self.prefilling: list[int] = []  # admitted, prompt not finished (admission order)
         self.decoding: set[int] = set()
         self.n_decoding = 0
-        self.kv_used = 0  # reserved KV: full context of prefilling requests + load of decoding ones
+        self.kv_used = 0  # reserved KV: context + 1 of prefilling requests, load of decoding ones
         self.decode_kv = 0  # KV read by one decode iteration (sum of decoding loads)
         self.steps = 0  # decode iterations completed (each gives every decoding request a token)
         self.step_t = GrowingArray()

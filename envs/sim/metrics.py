@@ -107,7 +107,7 @@ class SimResult:
         dec = s[s.kind == 1]
         if not len(dec):
             dec = s[s.kind == 2]
-        pre = s[s.util > 0]
+        pre = s[(s.kind != 1) & (s.util > 0)]  # prefill and colocated passes with prefill work
         dur = s.dur.to_numpy()
         out = {
             "ttft_mean": _mean(ttft),

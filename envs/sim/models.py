@@ -76,7 +76,7 @@ class ModelProfile:
               "num_experts * moe_layers * expert_params must be < params_total")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model_by_name(name: str) -> ModelProfile:
     return read_profile(ModelProfile, "model", name)
 

@@ -34,13 +34,15 @@ num_prefill_tokens,num_decode_tokens[,arrived_at]):
     * rows `trace_offset` .. `trace_offset + num_requests`; a trace with fewer rows gives fewer
       requests and a `WorkloadWarning` (no wrap-around, so no request is replayed twice);
     * prompt / output lengths come from the trace; `workload.prompt` / `workload.output` are ignored;
-    * arrival == "trace": the trace's own times, relative to the first replayed row. `time_scale`, if
-      set, multiplies every inter-arrival time; otherwise, if `rate` is set (not null), the times are
+    * a trace with times replays them (whatever open-loop `arrival` says: `workload.trace=PATH`
+      replaces the whole workload), relative to the first replayed row. `time_scale`, if set,
+      multiplies every inter-arrival time; otherwise, if `rate` is set (not null), the times are
       rescaled so that the mean rate (n - 1) / span equals `rate`. Replay at native speed with
-      `rate: null` (or `time_scale: 1.0`). A trace without times (vidur without arrived_at) falls back
-      to Poisson arrivals at `rate`, with a warning;
-    * any other arrival process (poisson, gamma, ..., closed) generates the times for the trace's
-      lengths; `time_scale` is then unused (warning).
+      `rate: null` (or `time_scale: 1.0`);
+    * a trace without times (vidur without arrived_at) gets arrivals from the configured process
+      (arrival=trace falls back to Poisson at `rate`, with a warning); `time_scale` is then unused;
+    * closed loop uses only the trace's lengths. To draw trace lengths under another arrival
+      process, use empirical length distributions with `source` instead of `trace`.
 
 Prefixes: with `prefix_groups` G > 0 every request gets a key drawn uniformly from [0, G) and
 prefix_len = floor(prefix_frac * prompt). A request whose prefix_len would be 0 gets key -1 (no
@@ -511,7 +513,7 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
         check_positive(cfg.time_scale, "workload.time_scale")
     closed = cfg.arrival == "closed"
     arrival = None
-    if cfg.arrival == "trace" and tr.times is not None:
+    if not closed and tr.times is not None:
         arrival = tr.times[off:off + n] - tr.times[off]
         span = float(arrival[-1])
         if cfg.time_scale is not None:

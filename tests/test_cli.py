@@ -1,0 +1,107 @@
+"""The command-line contract: pdgym-sim and pdgym-repro outputs, trace replay, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdgym.envs.sim.metrics import SUMMARY_KEYS
+
+BIN = Path(sys.executable).parent
+
+
+def run(app: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / app), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_sim_writes_metrics_json_with_the_design_keys(tmp_path):
+    out = tmp_path / "run"
+    p = run("pdgym-sim", "scenario=ds_v3_h800_3p1d", "seed=3", "workload.num_requests=300", f"hydra.run.dir={out}")
+    assert p.returncode == 0, p.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m) == set(SUMMARY_KEYS) | {"num_requests"}
+    assert m["num_requests"] == 300 and m["finished"] + m["rejected"] == 300
+    assert (out / "requests.csv").exists() and (out / "ttft_cdf.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("fmt", ["azure", "vidur", "vidur_no_times"])
+def test_any_workload_can_be_a_trace(tmp_path, fmt):
+    rows = [(0.0, 500, 20), (0.05, 900, 5), (0.3, 120, 40), (0.31, 2000, 12)] * 10
+    path = tmp_path / f"{fmt}.csv"
+    if fmt == "azure":
+        lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+            f"2023-11-16 18:17:{int(i * 0.5):02d}.{i:07d},{p},{o}" for i, (_, p, o) in enumerate(rows)]
+    elif fmt == "vidur":
+        lines = ["arrived_at,num_prefill_tokens,num_decode_tokens"] + [
+            f"{i * 0.5 + t},{p},{o}" for i, (t, p, o) in enumerate(rows)]
+    else:
+        lines = ["num_prefill_tokens,num_decode_tokens"] + [f"{p},{o}" for _, p, o in rows]
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    p = run("pdgym-sim", "scenario=ds_v3_h800_3p1d", f"workload.trace={path}", "workload.rate=20",
+            "workload.num_requests=40", f"hydra.run.dir={out}")
+    assert p.returncode == 0, p.stderr
+    req = __import__("pandas").read_csv(out / "requests.csv")
+    assert sorted(req.prompt) == sorted(r[1] for r in rows)
+    span = req.arrival.max() - req.arrival.min()
+    assert 39 / span == pytest.approx(20, rel=0.35 if fmt == "vidur_no_times" else 0.05)
+
+
+@pytest.mark.parametrize("args,key", [
+    (["scenario=nope"], "scenario"),
+    (["hardware=tpu_v9"], "hardware"),
+    (["workload.rate=0"], "workload.rate"),
+    (["workload.rate=abc"], "workload.rate"),
+    (["cluster.prefill.count=0"], "cluster.prefill.count"),
+    (["cluster.decode.kv_capacity_tokens=100"], "kv_capacity_tokens"),
+    (["workload.bogus=1"], "workload.bogus"),
+    (["workload.trace=/no/such.csv"], "workload.trace"),
+])
+def test_bad_input_is_one_line_and_leaves_no_result(tmp_path, args, key):
+    out = tmp_path / "run"
+    p = run("pdgym-sim", *args, f"hydra.run.dir={out}")
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln]
+    assert len(lines) == 1 and key in lines[0] and "Traceback" not in p.stderr
+    assert not (out / "metrics.json").exists()
+
+
+def test_trace_with_missing_columns_or_unsorted_times(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,10\n")
+    p = run("pdgym-sim", f"workload.trace={bad}", f"hydra.run.dir={tmp_path / 'a'}")
+    assert p.returncode == 2 and "workload.trace" in p.stderr and "GeneratedTokens" in p.stderr
+    unsorted = tmp_path / "unsorted.csv"
+    unsorted.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n1.0,10,5\n0.5,10,5\n")
+    p = run("pdgym-sim", f"workload.trace={unsorted}", "workload.arrival=trace", f"hydra.run.dir={tmp_path / 'b'}")
+    assert p.returncode == 2 and "workload.trace" in p.stderr
+
+
+def test_head_to_head_runs_every_set_on_the_same_traffic(tmp_path):
+    out = tmp_path / "run"
+    p = run("pdgym-sim", "scenario=ds_v3_h800_3p1d", "workload.num_requests=200",
+            "compare=[{label: rr},{label: rr2, prefill: round_robin}]", f"hydra.run.dir={out}")
+    assert p.returncode == 0, p.stderr
+    import pandas as pd
+
+    cmp_ = pd.read_csv(out / "compare.csv", index_col=0)
+    assert list(cmp_.index) == ["rr", "rr2"]
+    assert cmp_.loc["rr", "ttft_mean"] == cmp_.loc["rr2", "ttft_mean"]
+
+
+def test_repro_md1_check(tmp_path):
+    p = run("pdgym-repro", "md1_check", "repro.num_requests=4000", "repro.rhos=[0.5]", "repro.rho=0.5",
+            cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    s = json.loads((tmp_path / "runs/repro/md1_check/summary.json").read_text())
+    assert s["wait_sim"] == pytest.approx(s["wait_theory"], rel=0.1)
+    assert (tmp_path / "runs/repro/md1_check/md1_wait.png").exists()
+
+
+def test_repro_unknown_name_is_one_line(tmp_path):
+    p = run("pdgym-repro", "no_such_repro", cwd=tmp_path)
+    assert p.returncode == 2 and "md1_check" in p.stderr and len(p.stderr.strip().splitlines()) == 1

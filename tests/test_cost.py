@@ -1,0 +1,276 @@
+"""Cost models and profiles: physics sanity, the barrier, and the published calibration points."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from pdgym.envs.sim.config import ConfigError, CostConfig, InstanceConfig
+from pdgym.envs.sim.cost import (
+    EB_H200_QWEN3_8B,
+    build_cost_model,
+    kv_capacity_tokens,
+    kv_transfer_time,
+    linear_coefficients,
+)
+from pdgym.envs.sim.hardware import hardware_names, load_hardware
+from pdgym.envs.sim.models import load_model, model_names
+from scipy.optimize import brentq
+
+ROOFLINE = CostConfig()
+
+
+def roofline(hw: str, model: str, **inst) -> object:
+    return build_cost_model(ROOFLINE, load_hardware(hw), load_model(model), InstanceConfig(**inst))
+
+
+def vec(*xs) -> np.ndarray:
+    return np.array(xs, dtype=float)
+
+
+# --------------------------------------------------------------------------- profiles
+@pytest.mark.parametrize("name", hardware_names())
+def test_hardware_profiles_load_with_positive_fields(name):
+    hw = load_hardware(name)
+    assert hw.name == name and hw.source
+    for f in ("hbm_bw", "hbm_bytes", "flops_bf16", "scaleup_bw", "scaleout_bw", "scaleup_domain",
+              "pass_overhead_s", "mfu", "mbu", "interference"):
+        assert getattr(hw, f) > 0, f
+    assert hw.flops_fp8 >= 0 and hw.mfu <= 1 and hw.mbu <= 1
+    assert load_hardware(name) is hw  # cached
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_model_profiles_load_and_are_consistent(name):
+    m = load_model(name)
+    assert m.name == name and m.source
+    for f in ("params_total", "params_active", "layers", "hidden", "num_heads", "num_kv_heads",
+              "head_dim", "kv_bytes_per_token", "weight_bytes"):
+        assert getattr(m, f) > 0, f
+    active = m.nonrouted_params + m.experts_per_token * m.moe_layers * m.expert_params
+    assert active == pytest.approx(m.params_active, rel=0.05)
+    if m.attention == "gqa":
+        assert m.kv_bytes_per_token == 2 * m.layers * m.num_kv_heads * m.head_dim * 2
+    else:
+        assert m.kv_bytes_per_token == (512 + 64) * m.layers * 2
+
+
+def test_all_shipped_profiles_present():
+    assert hardware_names() == ["a100_80g", "ascend_910b", "ascend_910c", "b300", "h100", "h200", "h800",
+                                "l40s", "rtx_pro_6000"]
+    assert model_names() == ["deepseek_v3", "gemma3_1b", "llama3_1_8b", "qwen3_30b_a3b", "qwen3_8b"]
+
+
+def test_unknown_names_give_one_line_errors():
+    with pytest.raises(ConfigError) as e:
+        load_hardware("x")
+    assert str(e.value).startswith("hardware: unknown 'x'; allowed: a100_80g, ascend_910b")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_model("gpt5")
+    assert str(e.value).startswith("model: unknown 'gpt5'; allowed: deepseek_v3,")
+    assert "\n" not in str(e.value)
+
+
+def test_profiles_from_mappings():
+    hw = load_hardware("h200")
+    fields = dataclasses.asdict(hw)
+    assert load_hardware(fields) == hw
+    assert load_hardware(OmegaConf.create(fields)) == hw  # what Hydra puts in cfg.hardware
+    assert load_hardware(hw) is hw
+    assert load_model(dataclasses.asdict(load_model("qwen3_8b"))) == load_model("qwen3_8b")
+    with pytest.raises(ConfigError, match=r"^hardware\.hbm_gbps: unknown key; allowed: name, hbm_bw"):
+        load_hardware({**fields, "hbm_gbps": 4800})
+    with pytest.raises(ConfigError, match=r"^hardware\.mfu: missing"):
+        load_hardware({k: v for k, v in fields.items() if k != "mfu"})
+    with pytest.raises(ConfigError, match=r"^hardware\.mbu: got 1\.5; allowed \(0, 1\]"):
+        load_hardware({**fields, "mbu": 1.5})
+    with pytest.raises(ConfigError, match=r"^model\.attention: got 'mha'"):
+        load_model({**dataclasses.asdict(load_model("qwen3_8b")), "attention": "mha"})
+
+
+# --------------------------------------------------------------------------- roofline physics
+def test_decode_step_time_rises_with_kv_load():
+    c = roofline("h800", "deepseek_v3", dp=32, ep=32)
+    z, b = np.zeros(32), np.full(32, 64.0)
+    times = [c.pass_time(z, z, b, b * ctx) for ctx in (256, 1024, 4096, 16384)]
+    assert all(t1 < t2 for t1, t2 in itertools.pairwise(times))
+    q = roofline("h200", "qwen3_8b")
+    assert q.pass_time(vec(0), vec(0), vec(64), vec(64 * 500)) < q.pass_time(vec(0), vec(0), vec(64), vec(64 * 4000))
+
+
+@pytest.mark.parametrize("model,inst", [
+    ("qwen3_8b", {"dp": 4}),  # dense: no cross-unit coupling, no communication
+    ("qwen3_8b", {"dp": 4, "tp": 2}),  # TP all-reduce: the same comm for both calls (same max tokens)
+    ("qwen3_30b_a3b", {"dp": 4}),  # MoE with ep=1: each unit runs its own experts
+])
+def test_pass_time_is_the_slowest_unit_plus_fixed_costs(model, inst):
+    c = roofline("h200", model, **inst)
+    pt, pa = vec(2048, 512, 0, 1024), vec(2048 * 1500, 512 * 256, 0, 1024 * 600)
+    dr, dk = vec(0, 0, 64, 0), vec(0, 0, 64 * 3000, 0)
+    mixed_pass = c.pass_time(pt, pa, dr, dk)
+    idle = c.last_idle_frac
+    alone = c.pass_time(vec(2048, 0, 0, 0), vec(2048 * 1500, 0, 0, 0), np.zeros(4), np.zeros(4))
+    assert mixed_pass == pytest.approx(alone, rel=1e-12)
+    assert c.last_idle_frac == pytest.approx(0.75)  # three units with no work wait the whole pass
+    assert 0 < idle < 0.75
+    assert c.pass_time(*[np.zeros(4)] * 4) == load_hardware("h200").pass_overhead_s
+
+
+def test_ep_pass_is_bounded_by_the_heaviest_unit():
+    """With EP the routed experts serve every unit, so an idle unit still works: the pass lies
+    between the heaviest unit alone and every unit as heavy as it."""
+    c = roofline("h800", "deepseek_v3", dp=8, ep=8)
+    heavy = np.full(8, 3072.0)
+    tok = vec(3072, 1000, 2000, 0, 500, 3072, 100, 2500)
+    alone = np.zeros(8)
+    alone[0] = 3072
+
+    def t(x):
+        return c.pass_time(x, x * 1500, np.zeros(8), np.zeros(8))
+
+    assert t(alone) < t(tok) < t(heavy)
+    assert 0 < c.pass_time(tok, tok * 1500, np.zeros(8), np.zeros(8)) and 0 < c.last_idle_frac < 1
+
+
+def test_deepseek_v3_on_h800_matches_published_throughput():
+    """DeepSeek reports ~9k prefill tokens/s per H800 (73.7k per node) and ~1.8k decode tokens/s."""
+    p = roofline("h800", "deepseek_v3", dp=8, ep=8)
+    tok = np.full(8, 3072.0)
+    t_prefill = p.pass_time(tok, tok * 1536, np.zeros(8), np.zeros(8))  # one 3K prompt per unit
+    assert 0.2 <= t_prefill <= 0.6
+    d = roofline("h800", "deepseek_v3", dp=32, ep=32)
+    reqs = np.full(32, 64.0)
+    t_decode = d.pass_time(np.zeros(32), np.zeros(32), reqs, reqs * 2048)
+    assert 0.02 <= t_decode <= 0.12
+
+
+def _mixed_crossover(hw: str) -> float:
+    """Decode share r* above which a mixed batch costs more per token than pure decode (see RooflineCost)."""
+    c, big_t, ctx, prompt = roofline(hw, "qwen3_8b"), 2048, 1000.0, 1000.0
+    d = c.pass_time(vec(0), vec(0), vec(256), vec(256 * ctx)) / 256
+
+    def excess(r):
+        pt, dr = (1 - r) * big_t, r * big_t
+        return c.pass_time(vec(pt), vec(pt * prompt / 2), vec(dr), vec(dr * ctx)) / big_t - d
+
+    assert excess(0.02) < 0 < excess(0.98)
+    return brentq(excess, 0.02, 0.98)
+
+
+@pytest.mark.parametrize("hw,lo,hi", [("rtx_pro_6000", 0.1, 0.35), ("h200", 0.65, 0.95)])
+def test_mixed_batch_interference_crossover(hw, lo, hi):
+    assert lo <= _mixed_crossover(hw) <= hi
+
+
+def test_interference_only_hits_mixed_units():
+    c = roofline("rtx_pro_6000", "qwen3_8b", dp=2)
+    pre = c.pass_time(vec(1024, 0), vec(1024 * 512, 0), vec(0, 0), vec(0, 0))
+    dec = c.pass_time(vec(0, 0), vec(0, 0), vec(0, 128), vec(0, 128 * 1000))
+    split = c.pass_time(vec(1024, 0), vec(1024 * 512, 0), vec(0, 128), vec(0, 128 * 1000))
+    assert split == pytest.approx(max(pre, dec))
+    mixed = c.pass_time(vec(1024, 0), vec(1024 * 512, 0), vec(128, 0), vec(128 * 1000, 0))
+    assert mixed > pre + (dec - load_hardware("rtx_pro_6000").pass_overhead_s) * 0.5
+
+
+def test_roofline_fit_lands_near_the_published_eb_calibration():
+    """Achieved (mean_prompt = mean_ctx = 1024): a_p x1.6, b_p x1.1, a_d x0.7, b_d x0.9 of published."""
+    fit = linear_coefficients(roofline("h200", "qwen3_8b"), 1024, 1024)
+    for k in ("a_p", "b_p", "a_d", "b_d"):
+        assert 0.5 <= fit[k] / EB_H200_QWEN3_8B[k] <= 2.0, (k, fit[k])
+    pub = EB_H200_QWEN3_8B
+    for r in (0.2, 0.5, 0.8):
+        ours = fit["c0"] + fit["c1"] * r + fit["c2"] * r * r
+        theirs = pub["c0"] + pub["c1"] * r + pub["c2"] * r * r
+        assert 0.67 <= ours / theirs <= 1.5, (r, ours, theirs)
+
+
+# --------------------------------------------------------------------------- memory and transfer
+def test_kv_capacity_of_the_reference_scenarios():
+    h800, ds = load_hardware("h800"), load_model("deepseek_v3")
+    assert kv_capacity_tokens(h800, ds, InstanceConfig(dp=32, ep=32)) > 100_000  # decode tier
+    assert kv_capacity_tokens(h800, ds, InstanceConfig(dp=8, tp=4, ep=32)) > 100_000  # 4-node prefill
+    for hw in hardware_names():
+        assert kv_capacity_tokens(load_hardware(hw), load_model("qwen3_8b"), InstanceConfig()) > 10_000
+    assert kv_capacity_tokens(h800, ds, InstanceConfig(dp=8, ep=8, kv_capacity_tokens=5000)) == 5000
+
+
+def test_kv_capacity_says_what_to_do_when_weights_do_not_fit():
+    """DeepSeek-V3 FP8 on 8 x H800 (EP8): 654 GB of routed experts / 8 = 82 GB > 80 GB per device."""
+    with pytest.raises(ConfigError) as e:
+        kv_capacity_tokens(load_hardware("h800"), load_model("deepseek_v3"), InstanceConfig(dp=8, ep=8),
+                           key="cluster.prefill")
+    msg = str(e.value)
+    assert msg.startswith("cluster.prefill.kv_capacity_tokens: deepseek_v3 weights need 98.")
+    assert "set kv_capacity_tokens explicitly or raise ep/tp" in msg and "\n" not in msg
+
+
+def test_kv_transfer_time():
+    hw, m = load_hardware("h800"), load_model("qwen3_8b")
+    assert kv_transfer_time(1000, hw, m, "scaleout", 2e-3) == pytest.approx(2e-3 + 1000 * 147456 / 5e10)
+    assert kv_transfer_time(1000, hw, m, "scaleup", 0.0) == pytest.approx(1000 * 147456 / 2e11)
+    with pytest.raises(ConfigError, match=r"^cluster\.kv_link: got 'pcie'"):
+        kv_transfer_time(1, hw, m, "pcie", 0.0)
+
+
+# --------------------------------------------------------------------------- other kinds
+def build(kind, params, dp=2, hw="h200", model="qwen3_8b"):
+    return build_cost_model(CostConfig(kind, params), load_hardware(hw), load_model(model), InstanceConfig(dp=dp))
+
+
+def test_linear_kind_follows_the_eb_form():
+    p = dict(EB_H200_QWEN3_8B, a_mb=2e-3, b_kv=1e-9)
+    c = build("linear", p)
+    z = np.zeros(2)
+    assert c.pass_time(vec(1000, 400), z, z, z) == pytest.approx(p["a_p"] + p["b_p"] * 1000)
+    assert c.pass_time(z, z, vec(10, 50), vec(1e4, 5e4)) == pytest.approx(p["a_d"] + p["b_d"] * 50 + 5e4 * 1e-9)
+    r = 64 / 1024
+    mixed = p["a_mb"] + (p["c0"] + p["c1"] * r + p["c2"] * r * r) * 1024
+    assert c.pass_time(vec(960, 0), z, vec(64, 1), vec(64e3, 1e3)) == pytest.approx(mixed)
+    one_decode = p["a_d"] + p["b_d"] + 1e3 * 1e-9
+    assert c.last_idle_frac == pytest.approx((1 - one_decode / mixed) / 2)
+    fitted = build("linear", {"a_p": 1e-3})  # the rest comes from the roofline
+    assert fitted.a_p == 1e-3 and fitted.b_d > 0 and fitted.c0 > 0
+
+
+def test_piecewise_linear_kind():
+    c = build("piecewise_linear", {"c": 0.01, "a": 1e-5, "b0": 64})
+    z = np.zeros(2)
+    assert c.pass_time(vec(32, 0), z, z, z) == pytest.approx(0.01)
+    assert c.pass_time(vec(100, 0), z, vec(0, 20), z) == pytest.approx(0.01 + 1e-5 * 36)
+    assert c.pass_time(z, z, z, z) == 0.0
+
+
+def test_table_kind(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("phase,tokens,time_s\nprefill,100,0.01\nprefill,1100,0.03\ndecode,1,0.005\ndecode,101,0.015\n")
+    c = build("table", {"path": str(path)})
+    z = np.zeros(2)
+    assert c.pass_time(vec(600, 0), z, z, z) == pytest.approx(0.02)
+    assert c.pass_time(vec(600, 0), z, vec(51, 0), z) == pytest.approx(0.03)
+    kv = tmp_path / "kv.csv"
+    kv.write_text("phase,tokens,kv,time_s\nprefill,1,,0.01\ndecode,8,0,0.01\ndecode,8,10000,0.02\n")
+    assert build("table", {"path": str(kv)}).pass_time(z, z, vec(8, 1), vec(5000, 0)) == pytest.approx(0.015)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("phase,n,time\nprefill,1,1\n")
+    with pytest.raises(ConfigError, match=r"^cost\.params\.path: .*needs columns phase, tokens, time_s"):
+        build("table", {"path": str(bad)})
+    with pytest.raises(ConfigError, match=r"^cost\.params\.path: file not found"):
+        build("table", {"path": str(tmp_path / "nope.csv")})
+
+
+@pytest.mark.parametrize("kind,params,key", [
+    ("roofline", {"mfu": 0.5}, "cost.params.mfu: unknown for kind=roofline"),
+    ("linear", {"a_x": 1.0}, "cost.params.a_x: unknown for kind=linear"),
+    ("linear", {"b_p": -1e-5}, "cost.params.b_p: got -1e-05; must be a number >= 0"),
+    ("piecewise_linear", {"a": 1e-5}, "cost.params.c: required"),
+    ("piecewise_linear", {"c": 0.01, "a": "fast"}, "cost.params.a: got 'fast'"),
+    ("table", {}, "cost.params.path: required"),
+])
+def test_bad_params_name_the_key(kind, params, key):
+    with pytest.raises(ConfigError) as e:
+        build(kind, params)
+    assert str(e.value).startswith(key) and "\n" not in str(e.value)
