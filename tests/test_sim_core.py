@@ -87,7 +87,7 @@ def assert_accounted(sim: Simulator) -> None:
             assert u.kv_used == 0 and u.n_running == 0 and not u.waiting
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     topology=st.sampled_from(["disaggregated", "colocated"]),
@@ -98,16 +98,22 @@ def assert_accounted(sim: Simulator) -> None:
     rate=st.floats(2.0, 200.0),
     out_mean=st.integers(1, 80),
     kv_policy=st.sampled_from(["preempt", "reject"]),
+    cache=st.sampled_from([0, 4]),
+    drop=st.sampled_from([0.0, 0.3]),
 )
-def test_invariants_on_random_clusters(seed, topology, dp, count, limit, kv, rate, out_mean, kv_policy):
-    wl = {"num_requests": 120, "arrival": "poisson", "rate": rate,
+def test_invariants_on_random_clusters(seed, topology, dp, count, limit, kv, rate, out_mean, kv_policy, cache,
+                                       drop):
+    wl = {"num_requests": 120, "arrival": "poisson", "rate": rate, "prefix_groups": 3,
           "prompt": {"dist": "uniform", "low": 1, "high": 2500},
           "output": {"dist": "geometric", "mean": out_mean, "max": 600}}
     if topology == "disaggregated":
         cl = {"topology": topology, "kv_policy": kv_policy,
-              "prefill": {"count": count, "dp": dp, "chunk_tokens": 1024, "kv_capacity_tokens": 10**6},
+              "prefill": {"count": count, "dp": dp, "chunk_tokens": 1024, "kv_capacity_tokens": 10**6,
+                          "prefix_cache_entries": cache},
               "decode": {"count": count, "dp": dp, "batch_limit": limit, "kv_capacity_tokens": kv}}
-        cfg = disagg(cluster=cl, workload=wl)
+        faults = {"drop_end_forward": drop, "detect_s": 0.2,
+                  "down": [{"instance": 0, "at": 0.5, "until": 1.5}] if count > 1 else []}
+        cfg = disagg(cluster=cl, workload=wl, faults=faults)
     else:
         cl = {"topology": topology, "kv_policy": kv_policy,
               "colocated": {"count": count, "dp": dp, "batch_limit": limit, "chunk_tokens": 512,
@@ -239,3 +245,18 @@ def test_scale_event_changes_active_instances():
     assert 2 in used, "the scaled-up instance never served"
     late = res.requests[res.requests.dispatch > 5.5]
     assert set(late.prefill_inst) <= {0}
+
+
+def test_prefill_work_is_conserved_and_prefix_hits_cut_it():
+    cl = {"topology": "disaggregated",
+          "prefill": {"count": 1, "dp": 2, "chunk_tokens": 1024, "kv_capacity_tokens": 10**6,
+                      "prefix_cache_entries": 8},
+          "decode": {"count": 1, "dp": 4, "batch_limit": 64, "kv_capacity_tokens": 10**6}}
+    wl = {"num_requests": 400, "arrival": "poisson", "rate": 30.0, "prefix_groups": 4, "prefix_frac": 0.6,
+          "prompt": {"dist": "uniform", "low": 100, "high": 3000}, "output": {"dist": "fixed", "mean": 4}}
+    sim, res = run_checked(disagg(cluster=cl, workload=wl), seed=5)
+    assert_accounted(sim)
+    req = res.requests
+    assert req.cached.sum() > 0.2 * (req.prompt * 0.6).sum(), "repeated prefixes should mostly hit"
+    computed = res.steps.loc[res.steps.kind == 0, "tokens"].sum()
+    assert computed == req.prompt.sum() - req.cached.sum()
