@@ -7,10 +7,10 @@ policies only decide *when* to prefill, how many tokens, and whether decodes ste
 - fcfs: process-to-completion, one request at a time (prefill, then all its decode).
 - prefill_first: prefill-prioritised batching under a token budget K (decode only when no
   prompt can be admitted); with K = the unit's budget it is vLLM v0 (`v0`).
-- fixed: a prefill batch leaves once queued prompt work >= b tokens or the oldest waiting
-  request has waited `timeout_s`; decodes run in between.
-- dynamic: like fixed, but the target b grows with the queue depth (thresholds) and a
-  latency guard releases early when the oldest request nears its TTFT target.
+- fixed: an iteration leaves once the queued token work (decode tokens + prompt tokens) reaches
+  b or the oldest queued job has waited `timeout_s`; it serves the queue FIFO up to b tokens.
+- dynamic: like fixed, but b grows with the queued token work (thresholds) and a latency
+  guard releases early when the oldest job nears its target.
 - chunked: each request contributes at most chunk_size tokens per prefill iteration, K in
   total; prefill and decode iterations alternate.
 """
@@ -83,11 +83,19 @@ class PrefillFirst(BatchingPolicy):
 
 @register("batching", "fixed")
 class FixedBatching(BatchingPolicy):
-    """Release a prefill batch (up to K tokens, FIFO) once queued prompt work reaches b tokens or
-    the oldest waiting request has waited timeout_s; decode in between; an admitted batch's
-    chunks finish before anything else. Idle units set a timer for the timeout."""
+    """Token-work batching (the batching study): the unit idles until its queued token work (one
+    token per running decode plus the prompt tokens not yet prefilled) reaches b, or its oldest
+    queued job has waited timeout_s; then one iteration serves the queue FIFO up to b tokens.
 
-    def __init__(self, b: int = 512, timeout_s: float = 0.05, K: int | None = None):
+    Jobs queue in the study's order: a prompt at its arrival, a decode token (and a prompt's next
+    chunk) when the previous iteration ends. Prompts that arrived before that end go first (pieces
+    up to b tokens, K at most); the decodes step in the same iteration if their tokens still fit
+    in b. Otherwise the decodes go first and prompts fill b minus the decodes. Departure: the
+    engine steps all running decodes or none, so a batch never splits the decodes (the study's
+    queue could). An idle unit sets a timer for its timeout.
+    """
+
+    def __init__(self, b: int = 128, timeout_s: float = 0.05, K: int | None = None):
         self.b = check_int(b, "policy.batching.b")
         self.timeout_s = check_float(timeout_s, "policy.batching.timeout_s")
         self.K = check_int(K, "policy.batching.K", allow_none=True)
@@ -95,32 +103,39 @@ class FixedBatching(BatchingPolicy):
     def reset(self, sim):
         self._timers: set[float] = set()
 
-    def target(self, sim, u) -> tuple[int, float]:
-        """(token target, seconds the oldest request may wait) for unit u now."""
-        return self.b, self.timeout_s
+    def target(self, queued: int) -> int:
+        """Token target b when `queued` tokens of work wait."""
+        return self.b
 
     def next_batch(self, sim, inst, unit):
-        u = sim.colocated[inst].units[unit]
-        budget = _budget(self.K, u)
-        if u.prefilling:
-            return Batch(prefill=sim.fill_prefill(inst, unit, budget, admit_new=False))
-        if u.waiting:
-            b, wait_s = self.target(sim, u)
-            req = sim.req
-            due = req.dev_arrive[u.waiting[0]] + wait_s
-            queued = 0
-            for rid in u.waiting:
-                queued += int(req.work[rid])
-                if queued >= b:
-                    break
-            if queued >= b or sim.now >= due:
-                pieces = sim.fill_prefill(inst, unit, budget)
-                if pieces:
-                    return Batch(prefill=pieces)
-            elif not u.n_decoding and due not in self._timers:
+        C = sim.colocated[inst]
+        u = C.units[unit]
+        req = sim.req
+        n_dec = u.n_decoding
+        ready = C.iter_end  # decode tokens and running prompts re-queued when the last iteration ended
+        first_prompt = req.dev_arrive[u.waiting[0]] if u.waiting else math.inf
+        oldest = min(ready if (n_dec or u.prefilling) else math.inf, first_prompt)
+        if oldest == math.inf:
+            return None
+        queued = n_dec + int(req.work[u.prefilling + list(u.waiting)].sum())
+        b = self.target(queued)
+        due = oldest + self.timeout_s
+        if queued < b and sim.now < due:
+            if due not in self._timers:
                 self._timers.add(due)
                 sim.set_timer(due, "batching", due)
-        return Batch(decode=True) if u.n_decoding else None
+            return None
+        cap = _budget(self.K, u)
+        if first_prompt < ready or not n_dec:
+            pieces = sim.fill_prefill(inst, unit, min(b, cap))
+            tok = sum(t for _, t in pieces)
+            decode = n_dec > 0 and tok + n_dec <= b
+        else:
+            pieces = sim.fill_prefill(inst, unit, min(b - n_dec, cap)) if b > n_dec else []
+            decode = True
+        if not pieces and not decode:  # nothing admissible fits b beside the decodes: step them alone
+            return Batch(decode=True) if n_dec else None
+        return Batch(prefill=pieces, decode=decode)
 
     def on_timer(self, sim, tag):
         self._timers.discard(tag)
@@ -128,34 +143,34 @@ class FixedBatching(BatchingPolicy):
 
 @register("batching", "dynamic")
 class DynamicBatching(FixedBatching):
-    """Fixed batching whose target grows with the queue: b = tokens of the last [depth, tokens]
-    threshold whose depth <= waiting requests; a latency guard releases the batch once the oldest
-    request has waited guard x ttft_target_s."""
+    """Token-work batching whose target grows with the queue: b = the tokens of the last
+    [queued_tokens, b] threshold whose queued_tokens <= the queued token work; a latency guard
+    releases the batch once the oldest queued job has waited guard x ttft_target_s. Defaults are
+    the batching study's: b = 32 below 64 queued tokens, 64 below 256, then 128; guard at 80 ms."""
 
-    def __init__(self, thresholds: list | None = None, ttft_target_s: float = 1.0, guard: float = 0.5,
+    def __init__(self, thresholds: list | None = None, ttft_target_s: float = 0.1, guard: float = 0.8,
                  K: int | None = None):
-        thresholds = [[0, 256], [4, 1024], [16, 4096]] if thresholds is None else thresholds
+        thresholds = [[0, 32], [64, 64], [256, 128]] if thresholds is None else thresholds
         key = "policy.batching.thresholds"
         try:
-            pairs = sorted((int(d), int(t)) for d, t in thresholds)
+            pairs = sorted((int(q), int(t)) for q, t in thresholds)
         except (TypeError, ValueError):
-            raise ConfigError(f"{key}: got {thresholds!r}; must be a list of [queue_depth, tokens] pairs") from None
+            raise ConfigError(f"{key}: got {thresholds!r}; must be a list of [queued_tokens, b] pairs") from None
         if not pairs or pairs[0][0] != 0 or any(t < 1 for _, t in pairs):
-            raise ConfigError(f"{key}: got {thresholds!r}; the first depth must be 0 and tokens >= 1")
+            raise ConfigError(f"{key}: got {thresholds!r}; the first queued_tokens must be 0 and b >= 1")
         self.thresholds = pairs
         ttft = check_float(ttft_target_s, "policy.batching.ttft_target_s", lo_open=True)
         g = check_float(guard, "policy.batching.guard", 0.0, 1.0, lo_open=True)
         super().__init__(b=pairs[0][1], timeout_s=g * ttft, K=K)
         self.ttft_target_s, self.guard = ttft, g
 
-    def target(self, sim, u):
-        q = len(u.waiting)
+    def target(self, queued):
         b = self.b
         for depth, tokens in self.thresholds:
-            if depth > q:
+            if depth > queued:
                 break
             b = tokens
-        return b, self.timeout_s
+        return b
 
 
 @register("batching", "chunked")

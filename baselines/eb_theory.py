@@ -19,6 +19,7 @@ import pandas as pd
 from scipy.optimize import minimize_scalar
 
 THETA_MIN, THETA_MAX = 0.01, 0.99
+BOUNDS = ("static", "expected_peak", "probabilistic")  # memory-safe batch bounds, rising caution
 
 
 def lam(theta: float) -> float:
@@ -135,6 +136,21 @@ def memory_bounds(capacity: float, theta: float, p: float, mu_l: float, eps: flo
     nu = 1.0 / (p * p * mu_l)
     return {"static": int(capacity // d), "expected_peak": int(max(capacity - nu, 0.0) // d),
             "probabilistic": int(max(capacity - nu * math.log(1.0 / eps), 0.0) // d)}
+
+
+def safe_batch(bounds: Mapping[str, int], bound: str) -> int:
+    """The `bound` entry of `memory_bounds`, or the next less cautious one while it is 0, at least 1.
+
+    A bound is 0 when its headroom (nu, or nu ln(1/eps)) exceeds the capacity: long outputs on
+    a small KV (e.g. mu_O = 4608, mu_L = 512 on 182k tokens: nu ln 100 = 191k). Then no batch
+    meets that caution at all, not even one request, and clamping to a batch of 1 would idle the
+    instance; the next bound still sizes the batch to the memory, and the KV gate and preemption
+    carry the residual risk.
+    """
+    for name in reversed(BOUNDS[: BOUNDS.index(bound) + 1]):
+        if bounds[name] >= 1:
+            return int(bounds[name])
+    return 1
 
 
 def crossover(r: float, n: float, coef: Mapping[str, float], mu_l: float, mu_o: float,

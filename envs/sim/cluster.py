@@ -28,7 +28,7 @@ from .requests import RequestTable
 from .workload import make_workload
 
 # Event kinds, in rough order of frequency (the dispatch chain tests them in this order).
-DEC_END, DEC_START, PF_END, DEV_ARRIVE, KV_READY, CO_START, CO_END, TIMER, ARRIVE, FAULT = range(10)
+DEC_END, DEC_START, PF_END, DEV_ARRIVE, KV_READY, CO_START, CO_END, TIMER, ARRIVE, FAULT, PF_START = range(11)
 # Kinds of pass in the step table (columns: metrics.STEP_COLUMNS).
 PASS_PREFILL, PASS_DECODE, PASS_COLOCATED = 0, 1, 2
 
@@ -351,6 +351,8 @@ class Simulator:
                     self._timer(a, b)
                 elif kind == ARRIVE:
                     self._arrive(a)
+                elif kind == PF_START:
+                    self._prefill_kick(a)
                 else:
                     self._fault(a, b)
             if not self.paused and stop == horizon and horizon < until:
@@ -467,7 +469,15 @@ class Simulator:
         req.dev_arrive[rid] = self.now
         P.queues[dp].append(rid)
         P.queued_tokens[dp] += work
-        if not P.busy:
+        if not P.busy and (PF_START, inst) not in self._start_pending:
+            # Start after every arrival of this instant is queued: a batch sent at once runs as one pass.
+            self._start_pending.add((PF_START, inst))
+            self._push(self.now, PF_START, inst)
+
+    def _prefill_kick(self, inst: int) -> None:
+        self._start_pending.discard((PF_START, inst))
+        P = self.prefill[inst]
+        if P.up and not P.busy and P.queued_tokens.any():
             self._prefill_start(P)
 
     def _bounce(self, rid: int) -> None:
@@ -582,6 +592,10 @@ class Simulator:
                 self._relieve_worker(d, w)
         nb = int(d.batch.sum())
         if nb == 0:
+            if over.any() and self.pool and (DEC_START, inst) not in self._start_pending:
+                # every running request was just rejected: admit from the pool again, or it would wait forever
+                self._start_pending.add((DEC_START, inst))
+                self._push(self.now, DEC_START, inst)
             return
         dur = d.cost.pass_time(d.zeros, d.zeros, d.batch, d.kv)
         now = self.now
@@ -679,10 +693,12 @@ class Simulator:
         req = self.req
         now = self.now
         budget = 0
+        relieved = False
         for ui, (u, b) in enumerate(zip(C.units, batches)):
             budget += u.chunk_tokens
             if b.decode and u.n_decoding and u.kv_used + u.n_decoding > u.kv_cap:
                 self._relieve_unit(u)
+                relieved = True
             pieces = []
             tok = 0
             at = 0.0
@@ -720,6 +736,8 @@ class Simulator:
                 dkv[ui] = u.decode_kv
             plan.append((pieces, dec))
         if not ptok.any() and not dreq.any():
+            if relieved:  # preemption emptied the batch: ask the policy again with the new state
+                self._wake_colocated(inst)
             return
         dur = C.cost.pass_time(ptok, attn, dreq, dkv)
         C.busy = True

@@ -1,0 +1,296 @@
+"""BalanceRoute on a decode tier near saturation (ALGORITHMS.md s6): BR-0 and BR-H against the classic routers.
+
+For each N (decode_tier_n{N}: N DP workers, Azure conversation trace, or `workload.trace=PATH`) the
+arrival rate is set to `load` x the least-KV router's measured capacity (a calibration run with every
+request arriving at once; completions per second between the 20% and 80% completion quantiles), so
+every router works a saturated tier with a pool to choose from. Each router then replays the same
+traffic. Figures come from the loaded part of the run, decode steps starting between the arrival of
+the `window_start` quantile request and the last arrival (no ramp-up, no drain, the same interval for
+every router): mean worker-KV imbalance (max - min), output tokens per second of decode time, the
+per-step standard deviation of worker KV. TPOT p95 is over all finished requests (pool wait included).
+
+BR-H runs with the oracle (`oracle: true` for that run only) and with the deployable predictors,
+survival and memo, fitted on the trace rows outside the evaluated ones. The same comparison runs on
+the heavy-tailed synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
+`sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
+
+Outputs: results.csv / results.md (every router x N x workload), kv_traces_<wl>.png (per-worker KV
+over a window of steps for each router), imbalance_vs_n_<wl>.png, throughput_<wl>.png, summary.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+from pdgym.baselines import make_policy
+from pdgym.baselines.balance_route import ORDERS
+from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.workload import load_trace
+from tqdm import tqdm
+
+from ..common import sim_config_from
+
+
+# --------------------------------------------------------------------------- measurement
+class KVRecorder:
+    """Wraps a decode instance's cost model to keep the worker-KV vector of every executed step."""
+
+    def __init__(self, cost):
+        self.cost = cost
+        self.kv: list[np.ndarray] = []
+
+    def pass_time(self, p, a, batch, kv):
+        self.kv.append(kv.copy())
+        return self.cost.pass_time(p, a, batch, kv)
+
+    @property
+    def last_idle_frac(self):
+        return self.cost.last_idle_frac
+
+
+def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
+         num_requests: int | None = None):
+    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count."""
+    cl, wl = sim_cfg.cluster, sim_cfg.workload
+    if n is not None:
+        cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, ep=n * cl.decode.tp))
+    if rate is not None:
+        wl = dataclasses.replace(wl, rate=float(rate))
+    if num_requests is not None:
+        wl = dataclasses.replace(wl, num_requests=int(num_requests))
+    out = dataclasses.replace(sim_cfg, cluster=cl, workload=wl)
+    return dataclasses.replace(out, oracle=oracle) if oracle is not None else out
+
+
+def capacity(sim_cfg, seed: int) -> float:
+    """Requests per second the least-KV router sustains: decode output tokens per second while the whole
+    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times),
+    over the mean output length."""
+    burst = dataclasses.replace(sim_cfg, workload=dataclasses.replace(
+        sim_cfg.workload, arrival="poisson", rate=1e6, time_scale=None))
+    sim = Simulator(burst, {"decode": make_policy("decode", "least_kv")}, seed)
+    sim.run()
+    f = np.sort(sim.req.finish[sim.req.state == R.FINISHED])
+    lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
+    st = SimResult(sim).steps
+    st = st[(st.kind == 1) & (st.t >= lo) & (st.t <= hi)]
+    return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
+
+
+def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
+    """One run; figures over the loaded window (module doc). `trace_steps` steps of per-worker KV from the
+    arrival of the `trace_at` quantile request are returned under "kept"."""
+    needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
+    cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
+    sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
+    rec = KVRecorder(sim.decode[0].cost)
+    sim.decode[0].cost = rec
+    sim.run()
+    res = SimResult(sim)
+    s = res.summary()
+    dec = res.steps[(res.steps.kind == 1) & (res.steps.inst == 0)].reset_index(drop=True)
+    kv = np.asarray(rec.kv, dtype=np.float64)
+    arr = np.sort(sim.req.arrival)
+    lo, hi = arr[int(window_start * (len(arr) - 1))], arr[-1]
+    w = ((dec.t >= lo) & (dec.t <= hi)).to_numpy()
+    win = dec[w]
+    first = int(np.searchsorted(dec.t.to_numpy(), arr[int(trace_at * (len(arr) - 1))]))
+    return {"imbalance": float((win.kv_max - win.kv_min).mean()), "tput": float(win.reqs.sum() / win.dur.sum()),
+            "kv_std": float(kv[w].std(axis=1).mean()), "kv_max": float(win.kv_max.mean()),
+            "step_ms": 1e3 * float(win.dur.mean()), "batch_mean": float(win.reqs.mean() / kv.shape[1]),
+            "window_steps": int(w.sum()), "imbalance_all": s["imbalance_mean"], "tput_all": s["throughput_tok_s"],
+            "tpot_p95": s["tpot_p95"], "ttft_mean": s["ttft_mean"], "finished": s["finished"],
+            "rejected": s["rejected"], "kept": kv[first:first + trace_steps]}
+
+
+def label(spec) -> str:
+    if isinstance(spec, str):
+        return spec
+    if spec["name"] == "brh":
+        return f"brh_{spec.get('predictor', 'survival')}"
+    return spec["name"]
+
+
+def routers(p) -> list:
+    """The router specs of one comparison: classic ones, BR-0, BR-H with each predictor."""
+    out: list = list(p.classic)
+    out.append(dict(p.br0))
+    for pred in p.predictors:
+        out.append({**dict(p.brh), "predictor": pred})
+    return out
+
+
+# --------------------------------------------------------------------------- one workload
+def compare(base, p, seed: int, tag: str, out: Path) -> tuple[pd.DataFrame, dict]:
+    """Every router on every N for one workload; returns the table and the summary fields."""
+    rows, traces = [], {}
+    specs = routers(p)
+    for n in p.N:
+        cfg = tier(base, n=int(n))
+        cap = capacity(cfg, seed)
+        cfg = tier(cfg, rate=float(p.load) * cap)
+        for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
+            spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
+            r = run_router(cfg, spec, seed, float(p.window_start), float(p.trace_at),
+                           int(p.trace_steps) if n == p.trace_n else 0)
+            kept = r.pop("kept")
+            if n == p.trace_n:
+                traces[label(spec)] = kept
+            rows.append({"workload": tag, "N": int(n), "router": label(spec), "rate": float(p.load) * cap,
+                         "capacity_rps": cap, **r})
+    table = pd.DataFrame(rows)
+    fields = summarise(table, p)
+    plot_traces(traces, out / f"kv_traces_{tag}.png", f"{tag}, N = {p.trace_n}")
+    plot_groups(table, "imbalance", "mean KV imbalance, max - min (tokens)", out / f"imbalance_vs_n_{tag}.png")
+    plot_groups(table, "tput", "decode throughput", out / f"throughput_{tag}.png",
+                relative=True)
+    return table, fields
+
+
+def summarise(table: pd.DataFrame, p) -> dict:
+    f: dict = {k: [] for k in ("N", "best_classic", "imb_ratio_br0", "imb_ratio_brh_oracle", "tput_gain_br0",
+                               "tpot_p95_ratio_brh", "imb_ratio_brh_survival", "imb_ratio_brh_memo",
+                               "tput_gain_brh_oracle")}
+    for n, t in table.groupby("N", sort=True):
+        t = t.set_index("router")
+        classic = t.loc[[c for c in p.classic]]
+        best = classic.imbalance.idxmin()
+        f["N"].append(int(n))
+        f["best_classic"].append(best)
+        f["imb_ratio_br0"].append(t.imbalance["br0"] / t.imbalance[best])
+        f["imb_ratio_brh_oracle"].append(t.imbalance["brh_oracle"] / t.imbalance["br0"])
+        f["tput_gain_br0"].append(t.tput["br0"] / t.tput[best] - 1)
+        f["tpot_p95_ratio_brh"].append(t.tpot_p95["brh_oracle"] / t.tpot_p95[best])
+        for pred in ("survival", "memo"):
+            key = f"brh_{pred}"
+            f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
+        f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1)
+    return f
+
+
+# --------------------------------------------------------------------------- figures
+def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
+    """Per-worker KV over a window of steps, one panel per router: a line per worker and the +-1 sigma band."""
+    traces = {k: v for k, v in traces.items() if len(v)}
+    if not traces:
+        return
+    cols = 2
+    rows = (len(traces) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.3 * rows), sharex=True, sharey=True, squeeze=False)
+    for ax, (name, kv) in zip(axes.ravel(), traces.items()):
+        x = np.arange(kv.shape[0])
+        ax.plot(x, kv / 1e3, lw=0.5, alpha=0.6)
+        mu, sd = kv.mean(axis=1) / 1e3, kv.std(axis=1) / 1e3
+        ax.fill_between(x, mu - sd, mu + sd, color="k", alpha=0.15, lw=0)
+        ax.set_title(f"{name}: mean max-min {np.mean(kv.max(1) - kv.min(1)) / 1e3:.1f}k", fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(traces):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("worker KV (k tokens)")
+    for ax in axes[-1]:
+        ax.set_xlabel("decode step")
+    fig.suptitle(f"per-worker KV load ({title}); grey: mean +- 1 sigma", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative: bool = False) -> None:
+    """Grouped bars: one group per N, one bar per router (throughput relative to least_kv if asked)."""
+    ns = sorted(table.N.unique())
+    names = list(dict.fromkeys(table.router))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) * len(ns) / 2), 3.8))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        vals = []
+        for n in ns:
+            t = table[(table.N == n)].set_index("router")
+            v = t[col][name]
+            vals.append(v / t[col]["least_kv"] if relative and "least_kv" in t.index else v)
+        ax.bar(np.arange(len(ns)) + (i - (len(names) - 1) / 2) * width, vals, width, label=name)
+    ax.set_xticks(np.arange(len(ns)), [f"N = {n}" for n in ns])
+    ax.set_ylabel(f"{ylabel}{' / least_kv' if relative else ''}")
+    if relative:
+        lo = min(b.get_height() for b in ax.patches)
+        ax.set_ylim(max(0.0, lo - 0.05), None)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- sweeps
+def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
+    """The grids behind the defaults, at N = sweep_n, each point against BR-0's default."""
+    cfg = tier(base, n=int(p.sweep_n))
+    cfg = tier(cfg, rate=float(p.load) * capacity(cfg, seed))
+    grid = []
+    for order in ORDERS:
+        for k in p.sweep_window:
+            for s1 in p.sweep_stage1:
+                grid.append({"name": "br0", "order": order, "window": int(k), "stage1_free": float(s1)})
+    for h in p.sweep_horizon:
+        for g in p.sweep_gamma:
+            grid.append({**dict(p.brh), "predictor": "oracle", "horizon": int(h), "gamma": float(g)})
+    for pred in ("survival", "memo"):
+        for q in p.sweep_q_min:
+            for rf in p.sweep_refresh:
+                grid.append({**dict(p.brh), "predictor": pred, "q_min": float(q), "refresh": int(rf)})
+    rows = []
+    for spec in tqdm(grid, desc=f"sweep {tag}", leave=False):
+        r = run_router(cfg, spec, seed, float(p.window_start))
+        r.pop("kept")
+        rows.append({"workload": tag, **{k: v for k, v in spec.items()}, **r})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- entry point
+def run(cfg, out: Path) -> dict:
+    p = cfg.repro
+    seed = int(cfg.seed)
+    base = sim_config_from(cfg)
+    n_eval = int(p.num_requests)
+    if base.workload.trace is not None:  # keep at least 40% of the trace for the predictors to train on
+        rows = len(load_trace(base.workload.trace)) - int(base.workload.trace_offset)
+        n_eval = min(n_eval, int(0.6 * rows))
+    base = tier(base, num_requests=n_eval)
+    sets = [("azure" if base.workload.trace in (None, "azure_conv") else "trace", base)]
+    if p.heavy_tail_scenario:
+        ht = load_scenario(str(p.heavy_tail_scenario)).sim
+        sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests))))
+    tables, fields, sweeps = [], {}, []
+    for tag, sim_cfg in tqdm(sets, desc="br_imbalance workloads"):
+        table, f = compare(sim_cfg, p, seed, tag, out)
+        tables.append(table)
+        fields[tag] = f
+        if p.sweep:
+            sweeps.append(sweep(sim_cfg, p, seed, tag))
+    table = pd.concat(tables, ignore_index=True)
+    table.to_csv(out / "results.csv", index=False)
+    md = [table.to_markdown(index=False, floatfmt=".4g")]
+    if sweeps:
+        sw = pd.concat(sweeps, ignore_index=True)
+        sw.to_csv(out / "sweep.csv", index=False)
+        md += ["", "## Parameter sweeps", "", sw.to_markdown(index=False, floatfmt=".4g")]
+    (out / "results.md").write_text("\n".join(md) + "\n")
+    main_tag = sets[0][0]
+    summary = dict(fields[main_tag])
+    for tag, f in fields.items():
+        if tag != main_tag:
+            summary[tag] = f
+    summary["window"] = {"start_quantile": float(p.window_start), "load": float(p.load),
+                         "num_requests": n_eval, "heavy_tail_requests": int(p.heavy_tail_requests)}
+    return summary

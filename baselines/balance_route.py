@@ -1,0 +1,322 @@
+"""BalanceRoute: decode routing under a barrier, BR-0 (prediction free) and BR-H (lookahead) (ALGORITHMS.md s6).
+
+A decode step waits for its heaviest worker, so the router fills each worker's safe margin
+m_w = L_max - L_w (filling it cuts the barrier idle one for one) and avoids overflowing it (an
+overflow raises every other worker's deficit). For a candidate set S adding Delta tokens to worker w:
+
+    BR-0:  F_w(S) = min(Delta, m_w) - (N - 1) max(0, Delta - m_w)
+    BR-H:  F_w^H(S) = sum_{h=1..H} gamma^(h-1) [alpha min(Delta, m_w(h)) - beta max(0, Delta - m_w(h))]
+
+with m_w(h) = L_max(t+h) - L_w(t+h) from projected loads. BR-0 is BR-H with H = 1, alpha = 1,
+beta = N - 1 and the current loads (h = 1 is the step about to run, whose loads are today's), and the
+code is one router with those settings.
+
+A round (one step boundary, `route`):
+- Stage 1, while the free slots exceed `stage1_free` x (N x B): the worker with the most free slots
+  (ties: larger margin) takes the single pool request with the largest F.
+- Stage 2: repeatedly the worker keyed highest by (free slots, min_h m_w(h)) takes the subset S of
+  the K-request head window (pool by length descending, or the K oldest: `order`), |S| <= its free
+  slots, with the largest F, found exactly: F is concave in Delta, so the best reachable sum is the
+  largest one at or below the peak of F or the smallest one above it; per-cardinality reachable-sum
+  bitsets (Python ints, R_q |= R_{q-1} << s per item, q descending) give both, and the subset is
+  recovered by walking the per-item snapshots back. If the best F is not positive the worker still
+  takes the single best request (no starvation: a worker with slots never idles while the window has
+  a request that fits it). Admitting Delta adds it to L_w(t+h) for every h.
+Admissions never exceed a worker's slots or KV capacity (`sim.admit`'s rule: KV + load <= capacity).
+
+BR-H projections: each active request carries tau_hat, its expected in-window remaining steps from a
+predictor (pdgym.baselines.predictors), refreshed every `refresh` tokens and decremented by one per
+step between; a refresh is accepted only when P >= q_min (else tau_hat = H); floor 1 while active
+(reaching it forces a refresh). A request counts at step t + h (h = 1..H) iff h <= tau_hat, with load
+L + h - 1. The N x H projection is built once per round with two bincounts and updated in place.
+
+Defaults come from the sweeps of `pdgym-repro br_imbalance repro.sweep=true` (documented in
+conf/policy/decode/br0.yaml and brh.yaml): stage1_free 0.25, window K 12, order arrival, H 48,
+gamma 0.9, refresh 16, q_min 0.7.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.policy import DecodeRouter
+
+from .predictors import expected_steps, make_predictor
+from .registry import register
+from .routers import active_arrays, pool_arrays
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pdgym.envs.sim import Simulator
+
+ORDERS = ("length", "arrival")
+
+
+# --------------------------------------------------------------------------- score and subset search
+def f_score(delta, margins: np.ndarray, weights: np.ndarray, alpha: float, beta: float):
+    """F^H for one or many Delta values (scalar or 1-D array) against margins m(h) with weights gamma^(h-1)."""
+    d = np.asarray(delta, dtype=np.float64)[..., None]
+    return (alpha * np.minimum(d, margins) - beta * np.maximum(d - margins, 0.0)) @ weights
+
+
+class Score:
+    """F^H of one worker as a function of Delta, with its peak (F is concave, piecewise linear in Delta).
+
+    The peak is the breakpoint m(h) past which the slope sum_h gamma^(h-1) (alpha if Delta < m(h) else
+    -beta) turns non-positive; with H = 1 it is the margin itself and F is evaluated in plain Python.
+    """
+
+    __slots__ = ("_m1", "alpha", "beta", "m", "peak", "w")
+
+    def __init__(self, margins: np.ndarray, weights: np.ndarray, alpha: float, beta: float):
+        self.m, self.w, self.alpha, self.beta = margins, weights, alpha, beta
+        if margins.shape[0] == 1:
+            self._m1 = float(margins[0])  # H = 1: the weight is gamma^0 = 1
+            self.peak = max(int(margins[0]), 0)
+            return
+        self._m1 = None
+        o = np.argsort(margins, kind="stable")
+        passed = np.cumsum(weights[o])
+        slope = alpha * (passed[-1] - passed) - beta * passed  # slope just past each sorted breakpoint
+        self.peak = max(int(margins[o[int(np.argmax(slope <= 0))]]), 0)
+
+    def __call__(self, x: int) -> float:
+        m = self._m1
+        if m is None:
+            return float(f_score(x, self.m, self.w, self.alpha, self.beta))
+        return self.alpha * min(x, m) - self.beta * max(x - m, 0.0)
+
+    def many(self, xs: np.ndarray) -> np.ndarray:
+        return f_score(xs, self.m, self.w, self.alpha, self.beta)
+
+
+def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tuple[list[int], float]:
+    """Non-empty subset of `sizes` with |S| <= max_card and sum <= cap maximising the concave `score(sum)`.
+    Returns (indices, score), or ([], -inf) if no single item fits `cap`.
+
+    Exact: over the reachable sums of non-empty subsets, the optimum of a concave function is the
+    largest sum <= its peak or the smallest sum > its peak. Per-cardinality bitsets R_q (bit x set = some
+    q-item subset sums to x) are truncated at min(cap, peak + max size): the smallest sum above the peak
+    is never beyond peak + max size (drop items from any larger subset until it crosses the peak).
+    Among subsets with the chosen sum, the one with the most items is taken (more requests served).
+    """
+    k = len(sizes)
+    c = min(max_card, k)
+    if c <= 0:
+        return [], -np.inf
+    peak = score.peak
+    if c == 1:  # one free slot: the best single item, by the same concavity argument
+        lo = max((s for s in sizes if s <= peak and s <= cap), default=None)
+        hi = min((s for s in sizes if peak < s <= cap), default=None)
+        cands = [x for x in (lo, hi) if x is not None]
+        if not cands:
+            return [], -np.inf
+        vals = [score(x) for x in cands]
+        i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
+        return [sizes.index(cands[i])], float(vals[i])
+    limit = min(cap, peak + max(sizes))
+    if limit <= 0:
+        return [], -np.inf
+    mask = (1 << (limit + 1)) - 1
+    rs = [1] + [0] * c
+    snaps = []
+    for s in sizes:
+        if s <= limit:
+            for q in range(c, 0, -1):
+                if rs[q - 1]:
+                    rs[q] |= (rs[q - 1] << s) & mask
+        snaps.append(rs[:])
+    union = 0
+    for q in range(1, c + 1):
+        union |= rs[q]
+    if not union:
+        return [], -np.inf
+    cands = []
+    lo = union & ((1 << (min(peak, limit) + 1)) - 1)
+    if lo:
+        cands.append(lo.bit_length() - 1)
+    hi = union >> (peak + 1)
+    if hi:
+        cands.append((hi & -hi).bit_length() - 1 + peak + 1)
+    vals = [score(x) for x in cands]
+    i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
+    total = cands[i]
+    q = max(q for q in range(1, c + 1) if (rs[q] >> total) & 1)
+    chosen = []
+    for j in range(k - 1, -1, -1):
+        if q == 0:
+            break
+        before = snaps[j - 1] if j > 0 else [1] + [0] * c
+        if not (before[q] >> total) & 1:  # not reachable without item j: it is in the subset
+            chosen.append(j)
+            total -= sizes[j]
+            q -= 1
+    return chosen[::-1], float(vals[i])
+
+
+# --------------------------------------------------------------------------- the routers
+def _check_int(v, key: str, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ConfigError(f"policy.decode.{key}: got {v!r}; must be an integer >= {lo}")
+    return v
+
+
+def _check_unit(v, key: str, low_open: bool = False) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (0 < v <= 1 if low_open else 0 <= v <= 1)
+    if not ok:
+        raise ConfigError(f"policy.decode.{key}: got {v!r}; allowed {'(0, 1]' if low_open else '[0, 1]'}")
+    return float(v)
+
+
+class _BalanceRoute(DecodeRouter):
+    """Stage 1 / Stage 2 admission against an N x H projection of worker loads (see module doc)."""
+
+    def __init__(self, stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
+        self.stage1_free = _check_unit(stage1_free, "stage1_free")
+        self.window = _check_int(window, "window", 1)
+        if order not in ORDERS:
+            raise ConfigError(f"policy.decode.order: got {order!r}; allowed: {', '.join(ORDERS)}")
+        self.order = order
+        self.horizon = 1
+        self.alpha, self.beta = 1.0, None
+        self.weights = np.ones(1)
+
+    def _beta(self, d) -> float:
+        return float(d.dp - 1) if self.beta is None else self.beta
+
+    def projection(self, sim: Simulator, inst: int) -> np.ndarray:
+        """L_w(t+h), an N x H int64 array; BR-0: today's loads."""
+        return sim.decode[inst].kv[:, None].copy()
+
+    def admitted(self, sim: Simulator, rid: int) -> None:
+        """Hook: `rid` was just admitted by this router."""
+
+    def route(self, sim: Simulator, inst: int) -> None:
+        d = sim.decode[inst]
+        rids, loads = pool_arrays(sim)
+        if not len(rids):
+            return
+        proj = self.projection(sim, inst)
+        lmax = proj.max(axis=0)
+        free = (d.batch_limit - d.batch).astype(np.int64)
+        room = d.kv_cap - d.kv
+        open_ = free > 0
+        total_free = int(free.sum())
+        alpha, beta, wts = self.alpha, self._beta(d), self.weights
+        if self.order == "length":
+            o = np.argsort(-loads, kind="stable")
+            rids, loads = rids[o], loads[o]
+        alive = np.ones(len(rids), dtype=bool)
+        head = list(range(len(rids)))  # Stage 2 queue: alive positions in order; the window is its first K
+        dirty = False
+        stage1_until = self.stage1_free * d.dp * d.batch_limit
+        K = self.window
+        n_left = len(rids)
+
+        def take(w: int, pos: list[int]) -> None:
+            nonlocal n_left, total_free
+            delta = 0
+            for p in pos:
+                rid = int(rids[p])
+                if sim.admit(rid, inst, w):
+                    self.admitted(sim, rid)
+                    delta += int(loads[p])
+                    alive[p] = False
+                    free[w] -= 1
+                    total_free -= 1
+                    n_left -= 1
+            room[w] -= delta
+            proj[w] += delta
+            np.maximum(lmax, proj[w], out=lmax)
+            if free[w] <= 0:
+                open_[w] = False
+
+        while n_left and open_.any():
+            margins = lmax - proj
+            lowest = margins[:, 0] if margins.shape[1] == 1 else margins.min(axis=1)
+            w = int(np.argmax(np.where(open_, free * 1e12 + lowest, -np.inf)))
+            score = Score(margins[w].astype(np.float64), wts, alpha, beta)
+            if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
+                cand = np.flatnonzero(alive & (loads <= room[w]))
+                if not len(cand):
+                    open_[w] = False
+                    continue
+                take(w, [int(cand[int(np.argmax(score.many(loads[cand])))])])
+                dirty = True
+                continue
+            if dirty:
+                head = [p for p in head if alive[p]]
+                dirty = False
+            win = head[:K]
+            sizes = loads[win].tolist()
+            chosen, best = best_subset(sizes, int(free[w]), int(room[w]), score)
+            if not chosen:
+                open_[w] = False  # nothing in the window fits this worker's KV
+                continue
+            if best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
+                chosen, _ = best_subset(sizes, 1, int(room[w]), score)
+            take(w, [win[i] for i in chosen])
+            head = [p for p in win if alive[p]] + head[K:]
+
+
+@register("decode", "br0")
+class BR0(_BalanceRoute):
+    """BalanceRoute BR-0: prediction-free margin filling with exact subset selection."""
+
+
+@register("decode", "brh")
+class BRH(_BalanceRoute):
+    """BalanceRoute BR-H: the BR-0 rounds scored over an H-step lookahead of projected loads."""
+
+    def __init__(self, horizon: int = 48, gamma: float = 0.9, alpha: float = 1.0, beta: float | None = None,
+                 refresh: int = 16, q_min: float = 0.7, predictor: str = "survival",
+                 train_trace: str | None = "workload", train_rows: list[int] | None = None,
+                 train_samples: int = 20000, min_samples: int = 3, stage1_free: float = 0.25,
+                 window: int = 12, order: str = "arrival"):
+        super().__init__(stage1_free, window, order)
+        self.horizon = _check_int(horizon, "horizon", 1)
+        self.gamma = _check_unit(gamma, "gamma", low_open=True)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+            raise ConfigError(f"policy.decode.alpha: got {alpha!r}; must be > 0")
+        if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0):
+            raise ConfigError(f"policy.decode.beta: got {beta!r}; must be >= 0 (or null for N - 1)")
+        self.alpha = float(alpha)
+        self.beta = None if beta is None else float(beta)
+        self.refresh = _check_int(refresh, "refresh", 1)
+        self.q_min = _check_unit(q_min, "q_min")
+        self.weights = self.gamma ** np.arange(self.horizon, dtype=np.float64)
+        self.predictor = make_predictor(predictor, train_trace, train_rows, train_samples, min_samples)
+
+    def reset(self, sim):
+        self.predictor.bind(sim, self.horizon)
+        n = sim.req.n
+        self._tau = np.zeros(n)  # tau_hat at the last refresh
+        self._t_ref = np.full(n, -1, dtype=np.int64)  # decode step of the last refresh, -1 = none yet
+
+    def admitted(self, sim, rid):
+        self._t_ref[rid] = -1
+
+    def projection(self, sim, inst):
+        d = sim.decode[inst]
+        H = self.horizon
+        rids, workers, age = active_arrays(sim, inst)
+        t = d.steps
+        t_ref = self._t_ref[rids]
+        since = t - t_ref
+        tau = self._tau[rids] - since
+        due = (t_ref < 0) | (since >= self.refresh) | (tau < 1)
+        if due.any():
+            p, mu = self.predictor.window(sim, rids[due], age[due])
+            fresh = expected_steps(p, mu, H, self.q_min)
+            self._tau[rids[due]] = fresh
+            self._t_ref[rids[due]] = t
+            tau[due] = fresh
+        k = np.clip(tau.astype(np.int64), 1, H)  # present at h = 1 .. k
+        load = sim.req.prompt[rids] + age
+        idx = workers * H + (k - 1)
+        cnt = np.bincount(idx, minlength=d.dp * H).reshape(d.dp, H)
+        tot = np.bincount(idx, weights=load, minlength=d.dp * H).reshape(d.dp, H)
+        c_ge = np.cumsum(cnt[:, ::-1], axis=1)[:, ::-1]  # requests present at h
+        l_ge = np.cumsum(tot[:, ::-1], axis=1)[:, ::-1]
+        return (l_ge + c_ge * np.arange(H)).astype(np.int64)

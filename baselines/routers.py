@@ -1,0 +1,143 @@
+"""Classic decode routers (ALGORITHMS.md s6): random, round robin, power of two choices, join shortest queue.
+
+Least KV load is the engine default `least_kv` (pdgym.envs.sim.policy.LeastLoadedAdmission). Every
+router here admits the pool in arrival order (FCFS) and only chooses the worker; a request that fits
+no worker (KV) is skipped and stays pooled, and a round ends when no worker has a free slot. They are
+work-conserving, so at saturation (one freed slot per finishing request) they cannot choose at all:
+the imbalance they leave is what BalanceRoute's request selection removes.
+
+The helpers at the top are the state views the decode-side policies share (BalanceRoute, IQR, the
+DecodeRouting env): pool arrays, current per-request loads of active requests.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.policy import DecodeRouter
+
+from .registry import register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pdgym.envs.sim import Simulator
+    from pdgym.envs.sim.instances import DecodeInstance
+
+
+# --------------------------------------------------------------------------- shared state views
+def pool_arrays(sim: Simulator) -> tuple[np.ndarray, np.ndarray]:
+    """Pool request ids in arrival order and their loads (prompt + tokens produced: the KV they bring)."""
+    rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
+    req = sim.req
+    return rids, req.prompt[rids] + req.done[rids]
+
+
+def active_arrays(sim: Simulator, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Active requests of decode instance `inst`: ids, workers and tokens produced so far (their age).
+
+    `req.done` of an active request is only refreshed at finish or preemption; the live count is
+    done_at_admit + (steps since admission).
+    """
+    d = sim.decode[inst]
+    n = int(d.batch.sum())
+    rids = np.fromiter(chain.from_iterable(d.active), dtype=np.int64, count=n)
+    req = sim.req
+    age = req.done_at_admit[rids] + (d.steps - req.admit_step[rids])
+    return rids, req.worker[rids].astype(np.int64), age
+
+
+def feasible(d: DecodeInstance, load: int) -> np.ndarray:
+    """Workers with a free slot and room for `load` KV tokens."""
+    return (d.batch < d.batch_limit) & (d.kv + load <= d.kv_cap)
+
+
+class _FCFSRouter(DecodeRouter):
+    """Admit the pool in arrival order; subclasses pick one worker among the feasible ones."""
+
+    def route(self, sim: Simulator, inst: int) -> None:
+        d = sim.decode[inst]
+        rids, loads = pool_arrays(sim)
+        for rid, load in zip(rids.tolist(), loads.tolist()):
+            free = d.batch < d.batch_limit
+            if not free.any():
+                return
+            ok = free & (d.kv + load <= d.kv_cap)
+            if ok.any():
+                sim.admit(rid, inst, self.pick(sim, d, np.flatnonzero(ok)))
+
+    def pick(self, sim: Simulator, d: DecodeInstance, cand: np.ndarray) -> int:
+        raise NotImplementedError
+
+
+@register("decode", "random")
+class RandomRouter(_FCFSRouter):
+    """Each request to a uniformly random worker that fits it (the policies' seeded generator)."""
+
+    def pick(self, sim, d, cand):
+        return int(cand[sim.rng.integers(len(cand))])
+
+
+@register("decode", "round_robin")
+class RoundRobinRouter(_FCFSRouter):
+    """Workers in turn, skipping those that cannot take the request."""
+
+    def reset(self, sim):
+        self._next = [0] * len(sim.decode)
+
+    def pick(self, sim, d, cand):
+        nxt = self._next[d.idx]
+        i = int(np.searchsorted(cand, nxt))
+        w = int(cand[i % len(cand)])
+        self._next[d.idx] = (w + 1) % d.dp
+        return w
+
+
+@register("decode", "power_of_two")
+class PowerOfTwoRouter(_FCFSRouter):
+    """Power of two choices: sample two feasible workers, take the one with less KV (ties: fewer requests)."""
+
+    def pick(self, sim, d, cand):
+        if len(cand) == 1:
+            return int(cand[0])
+        a, b = cand[sim.rng.choice(len(cand), size=2, replace=False)]
+        return int(a) if (d.kv[a], d.batch[a]) <= (d.kv[b], d.batch[b]) else int(b)
+
+
+@register("decode", "jsq")
+class JoinShortestQueueRouter(_FCFSRouter):
+    """Join the shortest queue: the worker with the fewest active requests (ties broken at random)."""
+
+    def pick(self, sim, d, cand):
+        b = d.batch[cand]
+        best = cand[b == b.min()]
+        return int(best[sim.rng.integers(len(best))]) if len(best) > 1 else int(best[0])
+
+
+@register("decode", "least_kv_immediate")
+class ImmediateLeastKVRouter(_FCFSRouter):
+    """Immediate dispatch to the least-loaded worker as a per-arrival dispatcher does it (SBS's baseline):
+    each request goes to the worker with the least KV in the latest load report, which the workers send
+    every `report_every` decode steps; the dispatcher does not count its own dispatches since, so the
+    requests of a report period herd onto the same worker. (`least_kv` sees every admission at once.)
+    Slots and KV room are still checked live: a full worker refuses and the next one in the report wins."""
+
+    def __init__(self, report_every: int = 1):
+        if isinstance(report_every, bool) or not isinstance(report_every, int) or report_every < 1:
+            raise ConfigError(f"policy.decode.report_every: got {report_every!r}; must be an integer >= 1 (steps)")
+        self.report_every = report_every
+
+    def reset(self, sim):
+        self._report = {}  # instance -> (step of the report, KV per worker)
+
+    def route(self, sim, inst):
+        d = sim.decode[inst]
+        last = self._report.get(inst)
+        if last is None or d.steps - last[0] >= self.report_every:
+            self._report[inst] = (d.steps, d.kv.copy())
+        self._kv = self._report[inst][1]
+        super().route(sim, inst)
+
+    def pick(self, sim, d, cand):
+        return int(cand[np.argmin(self._kv[cand])])

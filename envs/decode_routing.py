@@ -1,0 +1,529 @@
+"""DecodeRouting-v0: the agent is the decode router of a decode tier; prefill runs a configured baseline.
+
+Decisions. At each step boundary of a decode instance with a non-empty pool and a free slot, the
+agent admits requests one at a time. The pool is ordered by length, descending (`order="length"`,
+BalanceRoute's window order) or by arrival (`order="arrival"`); the head is the first request in that
+order that some worker can take. Action w < max_workers puts the head on worker w; action max_workers
+(END) closes admissions until the next step; with `skip=True` (default) action max_workers + 1 (SKIP)
+leaves the head in the pool for this step and moves to the next request, which gives the agent the
+request selection BalanceRoute relies on (`skip=False`: the plain worker-or-END action set).
+`action_masks()` allows the workers with a free slot and KV room for the head, and END / SKIP unless
+the instance has no running request (ending then would idle it).
+
+Observation (Box float32, [global | workers], `obs_layout` for a permutation-invariant extractor;
+padding rows are zero, feature 0 flags a real worker). Token scale S = batch_limit x `token_scale`.
+Global (12): pool size / (N B), mean and max pool load / (4 token_scale), head load / (4 token_scale),
+head tokens produced / token_scale, head wait since its first token (s), L_max / S, mean load / S,
+free-slot fraction, admissions this boundary / B, N / max_workers, END / SKIP allowed.
+Per worker (8, + 3 with `horizon_features`): present, load / S, batch / B, free slots / B, safe margin
+(L_max - L_w) / S, margin left after the head (m_w - head load) / S, can take the head, free KV
+fraction; optionally the projected load L_w(t + h) / S at h = H/4, H/2, H from a predictor of
+pdgym.baselines.predictors (BR-H's projection, `horizon_features` = oracle | survival | memo).
+Values are clipped to [-1, 8].
+
+Reward (documented objective). `reward="idle"` (default): for every decode step executed since the
+previous action, minus its barrier idle in token units as a fraction of the step's worst case,
+sum_w (L_max - L_w) / (N L_max) (the step reads L_w KV tokens on worker w and waits for the
+heaviest); 0 for decisions inside one boundary. The fraction is scale-free, so holding requests
+back does not pay: a thinly loaded tier is maximally unbalanced. `reward="throughput"`: for every
+executed step, its output tokens per second over a reference (N B tokens in the step time of a
+balanced, full tier with S KV tokens per worker). Both times `reward_scale`.
+
+A masked action (an unmasked agent, an env checker's random sample) is replaced as in AgentPolicy
+(END if allowed, else the least-loaded worker that fits) and counted in `info["invalid_actions"]`.
+
+Episodes: one run of the scenario's workload (`overrides` such as workload.num_requests=600 make it
+short); terminated when every request is resolved, truncated after `max_steps` decisions if set.
+`info` carries running metrics (imbalance_mean, idle_frac_mean, throughput_tok_s, pool, finished,
+decode_steps, decisions) and, at the end, the run's `summary` (DESIGN section 5 keys).
+
+`AgentPolicy(predict, **env_kwargs)` runs a trained agent as a DecodeRouter through `simulate()`
+with the same observation and action code; `teacher_action(policy)` gives the action that follows
+a baseline router's plan for the current boundary (for behaviour cloning).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from pdgym.baselines import make_policy
+from pdgym.baselines.balance_route import BRH
+from pdgym.baselines.routers import feasible
+from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.policy import DecodeRouter
+
+ENV_ID = "pdgym/DecodeRouting-v0"
+N_GLOBAL, N_WORKER, N_HORIZON = 12, 8, 3
+ORDERS = ("length", "arrival")
+REWARDS = ("idle", "throughput")
+LOW, HIGH = -1.0, 8.0
+ENV_ONLY = ("scenario", "overrides", "config", "prefill", "batching", "reward", "reward_scale", "max_steps")
+
+
+def _int(v, key: str, lo: int, allow_none: bool = False) -> int | None:
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ConfigError(f"env.{key}: got {v!r}; must be an integer >= {lo}{' (or null)' if allow_none else ''}")
+    return int(v)
+
+
+class _Router(DecodeRouter):
+    """The shared observation / action code: decisions, masks, observations, admissions."""
+
+    name = "agent"
+
+    def __init__(self, order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
+                 horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
+                 skip: bool = True):
+        if not isinstance(skip, bool):
+            raise ConfigError(f"env.skip: got {skip!r}; must be true or false")
+        self.skip = skip
+        if order not in ORDERS:
+            raise ConfigError(f"env.order: got {order!r}; allowed: {', '.join(ORDERS)}")
+        self.order = order
+        self.max_workers = _int(max_workers, "max_workers", 1, allow_none=True)
+        if isinstance(token_scale, bool) or not isinstance(token_scale, (int, float)) or not token_scale > 0:
+            raise ConfigError(f"env.token_scale: got {token_scale!r}; must be > 0")
+        self.token_scale = float(token_scale)
+        self.projector = None
+        if horizon_features is not None:
+            try:
+                self.projector = BRH(horizon=horizon, predictor=horizon_features, train_trace=train_trace)
+            except ConfigError as exc:
+                raise ConfigError(str(exc).replace("policy.decode.", "env.").replace(".predictor:",
+                                                                                      ".horizon_features:")) from None
+        self.per_worker = N_WORKER + (N_HORIZON if self.projector is not None else 0)
+
+    # -------------------------------------------------------------- spaces
+    def bind_size(self, n_workers: int) -> None:
+        if self.max_workers is None:
+            self.max_workers = n_workers
+        if n_workers > self.max_workers:
+            raise ConfigError(f"env.max_workers: got {self.max_workers}; the decode instances have {n_workers} "
+                              "workers")
+        self.obs_size = N_GLOBAL + self.per_worker * self.max_workers
+        self.end = self.max_workers
+        self.n_actions = self.max_workers + (2 if self.skip else 1)
+
+    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
+        return (spaces.Box(LOW, HIGH, shape=(self.obs_size,), dtype=np.float32),
+                spaces.Discrete(self.n_actions))
+
+    def layout(self) -> dict:
+        return {"n_slots": self.max_workers, "per_slot_dim": self.per_worker, "global_dim": N_GLOBAL,
+                "slots_first": False, "mask_index": 0}
+
+    # -------------------------------------------------------------- life cycle
+    def reset(self, sim):
+        self.bind_size(max(d.dp for d in sim.decode))
+        if self.projector is not None:
+            self.projector.reset(sim)
+        self._boundary = None  # (inst, steps): the boundary whose candidate order is cached
+        self._closed = set()  # boundaries where admissions are over
+        self.head: int | None = None
+        self.inst = 0
+        self.n_admitted = 0
+
+    def _open(self, sim, inst: int, key: tuple) -> None:
+        """First decision of a boundary: order the pool once (nothing enters it until the step runs)."""
+        rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
+        loads = sim.req.prompt[rids] + sim.req.done[rids]
+        if self.order == "length":
+            o = np.argsort(-loads, kind="stable")
+            rids, loads = rids[o], loads[o]
+        self._boundary = key
+        self._cand = rids.tolist()
+        self._loads = loads.tolist()
+        self._suf_sum = np.cumsum(loads[::-1])[::-1].tolist()  # pool summary from a position on
+        self._suf_max = np.maximum.accumulate(loads[::-1])[::-1].tolist()
+        self._pos = 0
+        self.n_admitted = 0
+        self._proj = self.projector.projection(sim, inst) if self.projector is not None else None
+
+    def next_decision(self, sim, inst: int) -> bool:
+        """Find the head for instance `inst`; False when this boundary has no decision left.
+
+        A boundary is (instance, step count, time): an idle instance woken by a new pool request at a
+        later time gets a fresh one, and a closed boundary of an instance with nothing running is
+        reopened (its pool changed), so no request is ever stranded.
+        """
+        d = sim.decode[inst]
+        key = (inst, d.steps, sim.now)
+        reopen = key in self._closed
+        if reopen and d.batch.any():
+            return False
+        if reopen or self._boundary != key:
+            self._open(sim, inst, key)
+        self.inst = inst
+        free = d.batch < d.batch_limit
+        if free.any():
+            room = int((d.kv_cap - d.kv)[free].max())
+            while self._pos < len(self._cand):
+                if self._loads[self._pos] <= room:
+                    self.head = self._cand[self._pos]
+                    self.head_load = self._loads[self._pos]
+                    self._pos += 1
+                    return True
+                self._pos += 1  # fits no worker now: stays pooled for a later step
+        self.close(sim, inst)
+        return False
+
+    def close(self, sim, inst: int) -> None:
+        self._closed = {k for k in self._closed if k[0] != inst}
+        self._closed.add((inst, sim.decode[inst].steps, sim.now))
+        self.head = None
+
+    def mask(self, sim) -> np.ndarray:
+        d = sim.decode[self.inst]
+        m = np.zeros(self.n_actions, dtype=bool)
+        m[:d.dp] = feasible(d, self.head_load)
+        m[self.end:] = bool(d.batch.any())
+        return m
+
+    def apply(self, sim, action: int) -> None:
+        """Admit the head to worker `action`, end the boundary (END) or leave the head pooled (SKIP)."""
+        a = int(action)
+        inst = self.inst
+        if a == self.end:
+            self.close(sim, inst)
+            return
+        if a == self.end + 1:
+            self.head = None
+            return
+        d = sim.decode[inst]
+        if not (0 <= a < d.dp) or not sim.admit(self.head, inst, a):
+            raise ValueError(f"DecodeRouting: action {a} is masked (worker full or no KV room for the head)")
+        self.n_admitted += 1
+        if self._proj is not None:
+            self._proj[a] += self.head_load
+            self.projector.admitted(sim, self.head)
+        self.head = None
+
+    # -------------------------------------------------------------- observation
+    def observe(self, sim, mask: np.ndarray) -> np.ndarray:
+        d = sim.decode[self.inst]
+        n, B = d.dp, d.batch_limit
+        ts = self.token_scale
+        S = B * ts
+        kv = d.kv.astype(np.float64)
+        lmax = float(kv.max())
+        rows = np.zeros((self.max_workers, self.per_worker))
+        w = rows[:n]
+        w[:, 0] = 1.0
+        w[:, 1] = kv / S
+        w[:, 2] = d.batch / B
+        w[:, 3] = 1.0 - w[:, 2]
+        w[:, 4] = (lmax - kv) / S
+        w[:, 5] = w[:, 4] - self.head_load / S
+        w[:, 6] = mask[:n]
+        w[:, 7] = 1.0 - kv / d.kv_cap
+        if self._proj is not None:
+            H = self._proj.shape[1]
+            w[:, N_WORKER:] = self._proj[:, [max(H // 4, 1) - 1, max(H // 2, 1) - 1, H - 1]] / S
+        i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
+        req = sim.req
+        rid = self.head
+        g = np.array([
+            len(sim.pool) / (n * B),
+            self._suf_sum[i] / (len(self._cand) - i) / (4 * ts),
+            self._suf_max[i] / (4 * ts),
+            self.head_load / (4 * ts),
+            float(req.done[rid]) / ts,
+            sim.now - float(req.first_token[rid]),
+            lmax / S,
+            float(kv.mean()) / S,
+            float((B - d.batch).sum()) / (n * B),
+            self.n_admitted / B,
+            n / self.max_workers,
+            float(mask[self.end]),
+        ])
+        return np.clip(np.concatenate([g, rows.ravel()]), LOW, HIGH).astype(np.float32)
+
+
+class _EnvAdapter(_Router):
+    """Inside the env: a decision pauses the simulator until env.step supplies the action."""
+
+    def route(self, sim, inst):
+        if self.next_decision(sim, inst):
+            sim.pause()
+
+
+class AgentPolicy(_Router):
+    """A trained agent as a DecodeRouter: predict(obs, mask) -> action at every decision.
+
+    Takes the env's keyword arguments and ignores the scenario-level ones (the simulator running this
+    policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` runs through `simulate()`
+    exactly like a baseline. A masked action (possible with an unmasked model) ends the boundary if
+    allowed, else goes to the least-loaded worker that fits; `invalid_actions` counts them.
+    """
+
+    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
+        kwargs = {k: v for k, v in env_kwargs.items() if k not in ENV_ONLY}
+        try:
+            super().__init__(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"AgentPolicy: {exc}") from None
+        self.predict = predict
+        self.invalid_actions = 0
+
+    def route(self, sim, inst):
+        while self.next_decision(sim, inst):
+            m = self.mask(sim)
+            a = int(self.predict(self.observe(sim, m), m))
+            if not (0 <= a < len(m)) or not m[a]:
+                self.invalid_actions += 1
+                a = self.end if m[self.end] else _least_loaded(sim.decode[inst], m)
+            self.apply(sim, a)
+
+
+def _least_loaded(d, mask: np.ndarray) -> int:
+    ok = mask[:d.dp]
+    return int(np.argmin(np.where(ok, d.kv, np.iinfo(np.int64).max)))
+
+
+class _StepMeter:
+    """Wraps a decode instance's cost model to account each executed step (kv is its KV at step start)."""
+
+    def __init__(self, cost, ref_tput: float):
+        self.cost = cost
+        self.ref = ref_tput
+        self.reset()
+
+    def reset(self):
+        self.idle = 0.0  # sum over steps of sum_w (L_max - L_w) / (N L_max)
+        self.tput = 0.0  # sum over steps of tokens / dur / ref
+        self.steps = 0
+        self.imb = 0.0  # sum over steps of L_max - L_min
+
+    def pass_time(self, p, a, batch, kv):
+        dur = self.cost.pass_time(p, a, batch, kv)
+        mx = float(kv.max())
+        if mx > 0:
+            self.idle += 1.0 - float(kv.mean()) / mx
+        self.imb += mx - float(kv.min())
+        self.tput += float(batch.sum()) / dur / self.ref
+        self.steps += 1
+        return dur
+
+    @property
+    def last_idle_frac(self):
+        return self.cost.last_idle_frac
+
+
+class _DryRun:
+    """A stand-in simulator for planning: admissions update private copies of one decode instance and
+    are recorded, so a baseline router's plan for the current boundary can be read without acting."""
+
+    def __init__(self, sim, inst: int):
+        self._sim = sim
+        d = copy.copy(sim.decode[inst])
+        d.batch, d.kv, d.active = d.batch.copy(), d.kv.copy(), [set(a) for a in d.active]
+        self.decode = list(sim.decode)
+        self.decode[inst] = d
+        self.pool = dict(sim.pool)
+        self.plan: dict[int, int] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._sim, name)
+
+    def admit(self, rid, inst, worker):
+        d = self.decode[inst]
+        load = int(self._sim.req.prompt[rid] + self._sim.req.done[rid])
+        if rid not in self.pool or d.batch[worker] >= d.batch_limit or d.kv[worker] + load > d.kv_cap[worker]:
+            return False
+        del self.pool[rid]
+        d.batch[worker] += 1
+        d.kv[worker] += load
+        d.active[worker].add(rid)
+        self.plan[rid] = worker
+        return True
+
+    def reject(self, rid, reason):
+        self.pool.pop(rid, None)
+
+    def pause(self):
+        pass
+
+    def set_timer(self, t, owner, tag=None):
+        pass
+
+
+class DecodeRoutingEnv(gym.Env):
+    """Gymnasium env: the agent routes a decode tier's pool to its workers (module docstring for details)."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, scenario: str = "decode_tier_n16", overrides=(), config: dict | None = None,
+                 order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
+                 horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
+                 skip: bool = True, prefill="round_robin", batching=None, reward: str = "idle",
+                 reward_scale: float = 1.0, max_steps: int | None = None):
+        self.sim_config = _merge(load_scenario(scenario, list(overrides)).sim, config)
+        wl = dataclasses.replace(self.sim_config.workload, num_requests=1, phases=None)
+        probe = Simulator(dataclasses.replace(self.sim_config, workload=wl), None, 0)
+        if not probe.decode:
+            raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
+        self.router = _EnvAdapter(order=order, max_workers=max_workers, token_scale=token_scale,
+                                  horizon_features=horizon_features, horizon=horizon, train_trace=train_trace,
+                                  skip=skip)
+        self.router.bind_size(max(d.dp for d in probe.decode))
+        d0 = probe.decode[0]
+        S = d0.batch_limit * self.router.token_scale
+        full = np.full(d0.dp, float(d0.batch_limit))
+        self._ref_tput = d0.dp * d0.batch_limit / d0.cost.pass_time(d0.zeros, d0.zeros, full, np.full(d0.dp, S))
+        self.prefill_spec, self.batching_spec = prefill, batching
+        make_policy("prefill", prefill)  # fail at construction on a bad spec
+        make_policy("batching", batching)
+        if reward not in REWARDS:
+            raise ConfigError(f"env.reward: got {reward!r}; allowed: {', '.join(REWARDS)}")
+        self.reward_kind = reward
+        if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) or not reward_scale > 0:
+            raise ConfigError(f"env.reward_scale: got {reward_scale!r}; must be > 0")
+        self.reward_scale = float(reward_scale)
+        self.max_steps = _int(max_steps, "max_steps", 1, allow_none=True)
+        self.observation_space, self.action_space = self.router.spaces()
+        self.obs_layout = self.router.layout()
+        self.sim: Simulator | None = None
+        self._done = True
+        self._teacher = None
+
+    # -------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        sim_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self.sim = Simulator(self.sim_config, {"prefill": make_policy("prefill", self.prefill_spec),
+                                               "batching": make_policy("batching", self.batching_spec),
+                                               "decode": self.router}, seed=sim_seed)
+        self.meters = []
+        for d in self.sim.decode:
+            d.cost = _StepMeter(d.cost, self._ref_tput)
+            self.meters.append(d.cost)
+        self._steps = 0
+        self._invalid = 0
+        self._mark = (0.0, 0.0)
+        self._teacher = None
+        self._done = self._advance()
+        return self._obs(), self._info()
+
+    def step(self, action):
+        if self.sim is None:
+            raise RuntimeError("DecodeRouting: call reset() before step()")
+        if self._done:
+            raise RuntimeError("DecodeRouting: the episode has ended; call reset()")
+        r, sim = self.router, self.sim
+        a = int(action)
+        invalid = not (0 <= a < len(self._mask)) or not self._mask[a]
+        if invalid:  # same fallback as AgentPolicy (random actions of env checkers land here)
+            self._invalid += 1
+            a = r.end if self._mask[r.end] else _least_loaded(sim.decode[r.inst], self._mask)
+        inst = r.inst
+        r.apply(sim, a)
+        if not r.next_decision(sim, inst):
+            self._done = self._advance()
+        self._steps += 1
+        reward = self._reward()
+        truncated = self.max_steps is not None and self._steps >= self.max_steps and not self._done
+        return self._obs(), reward, self._done, truncated, self._info()
+
+    def action_masks(self) -> np.ndarray:
+        if self._done or self.sim is None:
+            m = np.zeros(self.router.n_actions, dtype=bool)
+            m[self.router.end] = True
+            return m
+        return self._mask.copy()
+
+    def teacher_action(self, teacher: DecodeRouter) -> int:
+        """The action that follows `teacher`'s plan for this boundary (a dry run of its route() on a copy).
+
+        The head goes where the teacher put it; a head the teacher left pooled is skipped while the plan
+        has requests left, and the boundary ends when the plan is used up. With skip=False such a head
+        takes the worker of the unplaced planned request closest in load (the env cannot skip it). A
+        teacher is exact through the env when the env's order lists its picks (skip=True: always).
+        """
+        sim, r = self.sim, self.router
+        if self._done:
+            return r.end
+        if self._teacher is None or self._teacher[0] is not teacher:
+            teacher.reset(sim)
+            self._teacher = (teacher, None, {})
+        key = (r.inst, sim.decode[r.inst].steps, sim.now)
+        if self._teacher[1] != key:
+            dry = _DryRun(sim, r.inst)  # draws from sim.rng, as the teacher would inside simulate()
+            teacher.route(dry, r.inst)
+            self._teacher = (teacher, key, dry.plan)
+        plan = self._teacher[2]
+        m = self._mask
+        w = plan.pop(r.head, None)
+        if w is None and plan:
+            if r.skip and m[r.end + 1]:
+                return r.end + 1
+            loads = sim.req.prompt + sim.req.done
+            w = plan.pop(min(plan, key=lambda q: abs(int(loads[q]) - r.head_load)))
+        if w is not None and m[w]:
+            return int(w)
+        return r.end if m[r.end] else _least_loaded(sim.decode[r.inst], m)
+
+    # -------------------------------------------------------------- helpers
+    def _advance(self) -> bool:
+        """Run the simulator to the next decision (False) or the end of the run (True)."""
+        sim = self.sim
+        done = sim.run()
+        while not done and self.router.head is None:  # a pause with no pending decision cannot happen,
+            done = sim.run()  # but a stray pause (another policy) must not stall the env
+        return done
+
+    def _obs(self) -> np.ndarray:
+        r = self.router
+        if self._done or r.head is None:
+            self._mask = self.action_masks()
+            return np.zeros(self.observation_space.shape, dtype=np.float32)
+        self._mask = r.mask(self.sim)
+        return r.observe(self.sim, self._mask)
+
+    def _reward(self) -> float:
+        idle = sum(m.idle for m in self.meters)
+        tput = sum(m.tput for m in self.meters)
+        d_idle, d_tput = idle - self._mark[0], tput - self._mark[1]
+        self._mark = (idle, tput)
+        return float((-d_idle if self.reward_kind == "idle" else d_tput) * self.reward_scale)
+
+    def _info(self) -> dict:
+        sim = self.sim
+        steps = sum(m.steps for m in self.meters)
+        t = max(sim.now, 1e-12)
+        info = {"sim_time": sim.now, "decisions": self._steps, "decode_steps": steps, "pool": len(sim.pool),
+                "finished": len(sim.completed), "invalid_actions": self._invalid, "throughput_tok_s": sim.tokens_out / t,
+                "imbalance_mean": sum(m.imb for m in self.meters) / steps if steps else 0.0,
+                "idle_frac_mean": sum(m.idle for m in self.meters) / steps if steps else 0.0}
+        if self._done:
+            info["summary"] = SimResult(sim).summary()
+        return info
+
+
+def _merge(sim_cfg, config: dict | None):
+    """The scenario's SimConfig with `config` (a nested dict of SimConfig fields) merged over it."""
+    if not config:
+        return sim_cfg
+    from pdgym.envs.sim.config import sim_config
+
+    def deep(a: dict, b: dict) -> dict:
+        out = copy.deepcopy(a)
+        for k, v in b.items():
+            out[k] = deep(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    return sim_config(deep(dataclasses.asdict(sim_cfg), config))
+
+
+def make_env(**kwargs) -> DecodeRoutingEnv:
+    """A DecodeRouting-v0 env with the given keyword arguments (see DecodeRoutingEnv)."""
+    return DecodeRoutingEnv(**kwargs)

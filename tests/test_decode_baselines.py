@@ -1,0 +1,239 @@
+"""Decode routers: exact subset search, score identities, capacity invariants, predictors, directions."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pdgym.baselines import make_policy
+from pdgym.baselines.balance_route import Score, best_subset, f_score
+from pdgym.baselines.iqr import _quartiles, iqr_choice
+from pdgym.baselines.predictors import TrainingData, window_tables
+from pdgym.envs.sim import ConfigError, Simulator, simulate
+from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.config import WorkloadConfig
+
+LINEAR = {"kind": "linear", "params": {"a_p": 0.002, "b_p": 1e-6, "a_d": 0.004, "b_d": 2e-5, "b_kv": 1e-7}}
+ROUTERS = ["random", "round_robin", "power_of_two", "jsq", "least_kv", "iqr", "br0",
+           {"name": "br0", "order": "arrival", "window": 4, "stage1_free": 0.0},
+           {"name": "brh", "predictor": "oracle", "horizon": 8},
+           {"name": "brh", "predictor": "memo", "horizon": 16, "refresh": 4, "train_samples": 2000}]
+
+
+def tier(n=4, limit=8, kv=60000, rate=400.0, num=300, out_mean=60, oracle=True, **wl):
+    """A small decode tier: ample prefill, N workers, heavy-tailed outputs, overloaded unless told."""
+    workload = {"num_requests": num, "arrival": "poisson", "rate": rate,
+                "prompt": {"dist": "lognormal", "mean": 600, "cv": 1.0, "max": 4000},
+                "output": {"dist": "lognormal", "mean": out_mean, "cv": 1.5, "max": 800}}
+    workload.update(wl)
+    return {"hardware": "h800", "model": "qwen3_30b_a3b", "cost": LINEAR, "oracle": oracle,
+            "cluster": {"topology": "disaggregated",
+                        "prefill": {"count": 2, "dp": 4, "ep": 4, "chunk_tokens": 16384, "kv_capacity_tokens": 10**6},
+                        "decode": {"count": 1, "dp": n, "ep": n, "batch_limit": limit, "kv_capacity_tokens": kv}},
+            "workload": workload}
+
+
+# --------------------------------------------------------------------------- the score and the subset search
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=8), card=st.integers(1, 8),
+       cap=st.integers(1, 12000), margins=st.lists(st.integers(0, 9000), min_size=1, max_size=5),
+       gamma=st.floats(0.3, 1.0), alpha=st.floats(0.2, 3.0), beta=st.floats(0.0, 40.0))
+def test_subset_search_is_the_brute_force_optimum(sizes, card, cap, margins, gamma, alpha, beta):
+    m = np.asarray(margins, dtype=np.float64)
+    score = Score(m, gamma ** np.arange(len(m)), alpha, beta)
+    best = -np.inf
+    for q in range(1, min(card, len(sizes)) + 1):
+        for sub in itertools.combinations(range(len(sizes)), q):
+            tot = sum(sizes[i] for i in sub)
+            if tot <= cap:
+                best = max(best, score(tot))
+    chosen, val = best_subset(sizes, card, cap, score)
+    if best == -np.inf:
+        assert chosen == []
+        return
+    assert 1 <= len(chosen) <= card and len(set(chosen)) == len(chosen)
+    tot = sum(sizes[i] for i in chosen)
+    assert tot <= cap
+    assert val == pytest.approx(best, rel=1e-9, abs=1e-6)
+    assert score(tot) == pytest.approx(val, rel=1e-9, abs=1e-6)
+
+
+@given(delta=st.integers(0, 50000), m=st.integers(0, 50000), n=st.integers(2, 64), gamma=st.floats(0.1, 1.0))
+def test_horizon_score_reduces_to_br0_for_h1(delta, m, n, gamma):
+    br0 = min(delta, m) - (n - 1) * max(0, delta - m)
+    one = np.ones(1)
+    assert Score(np.array([float(m)]), one, 1.0, n - 1)(delta) == pytest.approx(br0)
+    assert float(f_score(delta, np.array([float(m)]), gamma ** np.arange(1), 1.0, n - 1)) == pytest.approx(br0)
+
+
+def test_horizon_router_with_h1_makes_br0s_decisions():
+    cfg = tier(rate=300.0, num=250)
+    a = simulate(cfg, {"decode": make_policy("decode", "br0")}, seed=3).requests
+    b = simulate(cfg, {"decode": make_policy("decode", {"name": "brh", "horizon": 1, "predictor": "oracle"})},
+                 seed=3).requests
+    assert a[["worker", "finish"]].equals(b[["worker", "finish"]])
+
+
+# --------------------------------------------------------------------------- invariants
+class CheckedSimulator(Simulator):
+    """Checks every worker's slots and KV after each step boundary's admissions and each step."""
+
+    def _decode_start(self, inst):
+        super()._decode_start(inst)
+        self._check()
+
+    def _decode_end(self, inst):
+        super()._decode_end(inst)
+        self._check()
+
+    def _check(self):
+        for d in self.decode:
+            assert (d.batch <= d.batch_limit).all(), "a worker exceeds its batch limit"
+            assert (d.kv <= d.kv_cap).all(), "a worker exceeds its KV capacity"
+            assert (d.batch == [len(a) for a in d.active]).all()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), router=st.sampled_from(range(len(ROUTERS))), n=st.integers(1, 6),
+       limit=st.integers(1, 10), kv=st.integers(4200, 40000), rate=st.floats(20.0, 800.0),
+       kv_policy=st.sampled_from(["preempt", "reject"]))
+def test_routers_respect_capacities_and_resolve_every_request(seed, router, n, limit, kv, rate, kv_policy):
+    cfg = tier(n=n, limit=limit, kv=kv, rate=rate, num=120)
+    cfg["cluster"]["kv_policy"] = kv_policy
+    sim = CheckedSimulator(cfg, {"decode": make_policy("decode", ROUTERS[router])}, seed)
+    assert sim.run()
+    assert not sim.stalled, "a pool request was never admitted"
+    st_ = sim.req.state
+    assert np.isin(st_, [R.FINISHED, R.REJECTED]).all()
+    assert (sim.req.reason[st_ == R.REJECTED] > 0).all()
+    assert not sim.pool
+
+
+def test_a_rejection_that_empties_the_tier_does_not_strand_the_pool():
+    """Regression (cluster._decode_start): a lone request rejected for KV left the pool waiting forever."""
+    sim = Simulator(tier(n=1, limit=1, kv=4200, rate=20.0, num=120), {"decode": make_policy("decode", "least_kv")},
+                    10000)
+    assert sim.run() and not sim.stalled
+    assert (sim.req.reason == R.reason_code("kv_exhausted")).sum() >= 1
+
+
+# --------------------------------------------------------------------------- directions
+def steady_imbalance(cfg, spec, seeds=(0, 1)) -> float:
+    """Mean max - min worker KV over the loaded part of the run (20% of arrivals to the last arrival)."""
+    out = []
+    for seed in seeds:
+        res = simulate(cfg, {"decode": make_policy("decode", spec)}, seed=seed)
+        dec = res.steps[res.steps.kind == 1]
+        arr = np.sort(res.requests.arrival.to_numpy())
+        w = dec[(dec.t >= arr[len(arr) // 5]) & (dec.t <= arr[-1])]
+        out.append(float((w.kv_max - w.kv_min).mean()))
+    return float(np.mean(out))
+
+
+def test_balance_route_beats_the_classic_routers_at_saturation():
+    cfg = tier(n=8, limit=16, rate=500.0, num=1000, out_mean=120)
+    classic = min(steady_imbalance(cfg, r) for r in ("least_kv", "jsq", "power_of_two"))
+    br0 = steady_imbalance(cfg, {"name": "br0", "order": "arrival"})
+    oracle = steady_imbalance(cfg, {"name": "brh", "predictor": "oracle", "order": "arrival", "horizon": 32})
+    assert br0 < 0.7 * classic
+    assert oracle < 0.85 * br0
+
+
+def test_immediate_dispatch_herds_on_stale_reports():
+    cfg = tier(n=8, limit=32, num=1500, out_mean=120, arrival="closed", concurrency=160)
+    fresh = steady_imbalance(cfg, "least_kv", seeds=(0,))
+    stale = steady_imbalance(cfg, {"name": "least_kv_immediate", "report_every": 8}, seeds=(0,))
+    assert stale > 1.5 * fresh
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=70))
+def test_iqr_quartiles_match_numpy(xs):
+    assert np.allclose(_quartiles(np.asarray(xs)), np.percentile(xs, (25, 75)))
+
+
+def test_iqr_choice_masks_outliers_and_prefers_fewer_requests():
+    kv = np.array([1000, 1100, 1200, 1300, 9000])
+    batch = np.array([5, 3, 3, 4, 0])
+    ok = np.ones(5, dtype=bool)
+    assert iqr_choice(batch, kv, ok, 1.5) == 1  # unit 4 is fenced off; (3, 1100) < (3, 1200)
+    assert iqr_choice(batch, kv, ok, 100.0) == 4  # no fence: the emptiest unit
+    only_outlier = np.array([False, False, False, False, True])
+    assert iqr_choice(batch, kv, only_outlier, 1.5) == 4  # fallback: every unit that can take it
+
+
+# --------------------------------------------------------------------------- predictors
+def test_survival_tables_match_the_definition():
+    rng = np.random.default_rng(0)
+    out = rng.integers(1, 300, size=500)
+    H = 20
+    p, mu = window_tables(out, H)
+    for a in (0, 5, 50, 150, 290):
+        alive = out[out > a]
+        win = alive[alive <= a + H]
+        assert p[a] == pytest.approx(len(win) / len(alive))
+        if len(win):
+            assert mu[a] == pytest.approx(np.mean(win - a))
+    assert p[out.max()] == 0.0 and mu[out.max()] == H
+
+
+def test_predictors_train_outside_the_evaluated_rows():
+    ev = WorkloadConfig(num_requests=1000, arrival="trace", trace="azure_conv", trace_offset=2000)
+    _prompt, out = TrainingData("workload").resolve(ev)
+    assert len(out) == 19366 - 1000
+    with pytest.raises(ConfigError, match="train_rows.*overlaps the evaluated rows"):
+        TrainingData("azure_conv", rows=[2500, 4000]).resolve(ev)
+    with pytest.raises(ConfigError, match="train_rows.*overlaps"):
+        TrainingData("splitwise_conv", rows=[0, 2001]).resolve(ev)  # the same requests, another file
+    assert len(TrainingData("azure_conv", rows=[0, 2000]).resolve(ev)[1]) == 2000
+
+
+def test_oracle_needs_the_scenario_to_grant_it():
+    cfg = tier(oracle=False, num=20)
+    with pytest.raises(ConfigError, match="oracle: true"):
+        simulate(cfg, {"decode": make_policy("decode", {"name": "brh", "predictor": "oracle"})})
+
+
+def test_memo_predictor_uses_the_prompt_key_and_falls_back_to_survival():
+    from pdgym.envs.sim.workload import load_trace
+
+    cfg = tier(num=50)
+    cfg["workload"] = {"num_requests": 50, "arrival": "trace", "trace": "azure_conv", "rate": 50.0}
+    pol = make_policy("decode", {"name": "brh", "predictor": "memo", "horizon": 32})
+    sim = Simulator(cfg, {"decode": pol}, seed=0)
+    pol.reset(sim)
+    pred = pol.predictor
+    age = np.full(50, 20, dtype=np.int64)
+    p, mu = pred.window(sim, np.arange(50), age)
+    known = np.isin(sim.req.prompt, pred.keys)
+    assert known.mean() > 0.5 and (~known).any()
+    assert np.allclose(p[~known], pred.p[20]) and np.allclose(mu[~known], pred.mu[20])
+    train = load_trace("azure_conv", offset=50)  # every row but the 50 evaluated ones
+    i = int(np.flatnonzero(known)[0])
+    kp, kmu = window_tables(train.output[train.prompt == sim.req.prompt[i]].to_numpy(), 32)
+    assert p[i] == pytest.approx(kp[20]) and mu[i] == pytest.approx(kmu[20])
+
+
+# --------------------------------------------------------------------------- configuration errors
+@pytest.mark.parametrize("spec,key", [
+    ({"name": "brh", "horizon": 0}, "horizon"),
+    ({"name": "brh", "gamma": 0.0}, "gamma"),
+    ({"name": "brh", "gamma": 1.5}, "gamma"),
+    ({"name": "brh", "window": 0}, "window"),
+    ({"name": "br0", "window": 0}, "window"),
+    ({"name": "br0", "order": "random"}, "order"),
+    ({"name": "br0", "stage1_free": 2}, "stage1_free"),
+    ({"name": "brh", "predictor": "survival", "train_trace": None}, "train_trace"),
+    ({"name": "brh", "predictor": "memo", "train_trace": "azure_conv", "train_rows": [5, 5]}, "train_rows"),
+    ({"name": "brh", "predictor": "crystal_ball"}, "predictor"),
+    ({"name": "brh", "q_min": -0.1}, "q_min"),
+    ({"name": "iqr", "k": -1}, "k"),
+])
+def test_bad_parameters_fail_at_config_time_with_one_line(spec, key):
+    with pytest.raises(ConfigError) as exc:
+        make_policy("decode", spec)
+    msg = str(exc.value)
+    assert msg.startswith(f"policy.decode.{key}:") and "\n" not in msg
+
