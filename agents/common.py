@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-
 from pdgym.envs.sim.config import ConfigError, SimConfig, check_key_path, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))

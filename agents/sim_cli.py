@@ -14,12 +14,11 @@ import sys
 
 import hydra
 from omegaconf import DictConfig
+from pdgym.baselines import make_policies
+from pdgym.envs.sim import simulate
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
-
-from pdgym.baselines import make_policies
-from pdgym.envs.sim import simulate
 
 from . import plots
 from .common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container

@@ -2,4 +2,4 @@
 
 from .registry import make_policies, make_policy, policy_class, register, registered
 
-__all__ = ["register", "registered", "make_policy", "make_policies", "policy_class"]
+__all__ = ["make_policies", "make_policy", "policy_class", "register", "registered"]

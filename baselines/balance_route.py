@@ -27,8 +27,13 @@ Admissions never exceed a worker's slots or KV capacity (`sim.admit`'s rule: KV 
 BR-H projections: each active request carries tau_hat, its expected in-window remaining steps from a
 predictor (pdgym.baselines.predictors), refreshed every `refresh` tokens and decremented by one per
 step between; a refresh is accepted only when P >= q_min (else tau_hat = H); floor 1 while active
-(reaching it forces a refresh). A request counts at step t + h (h = 1..H) iff h <= tau_hat, with load
-L + h - 1. The N x H projection is built once per round with two bincounts and updated in place.
+(reaching it forces a refresh). `hold_full: true` is an alternative reading: a tau_hat of H ("present
+through the whole window": the request outlives it, or the predictor is not confident) is held until
+the next refresh instead of decremented, so no departure is projected at h = H - s that no prediction
+made. br_imbalance measures both (brh_*_hold rows): holding helps the deployable predictors on the
+long-context heavy-tailed tier and hurts them on the Azure tier, so the default is the literal spec.
+A request counts at step t + h (h = 1..H) iff h <= tau_hat, with load L + h - 1.
+The N x H projection is built once per round with two bincounts and updated in place.
 
 Defaults come from the sweeps of `pdgym-repro br_imbalance repro.sweep=true` (documented in
 conf/policy/decode/br0.yaml and brh.yaml): stage1_free 0.25, window K 12, order arrival, H 48,
@@ -272,8 +277,8 @@ class BRH(_BalanceRoute):
     def __init__(self, horizon: int = 48, gamma: float = 0.9, alpha: float = 1.0, beta: float | None = None,
                  refresh: int = 16, q_min: float = 0.7, predictor: str = "survival",
                  train_trace: str | None = "workload", train_rows: list[int] | None = None,
-                 train_samples: int = 20000, min_samples: int = 3, stage1_free: float = 0.25,
-                 window: int = 12, order: str = "arrival"):
+                 train_samples: int = 20000, min_samples: int = 3, hold_full: bool = False,
+                 stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
         super().__init__(stage1_free, window, order)
         self.horizon = _check_int(horizon, "horizon", 1)
         self.gamma = _check_unit(gamma, "gamma", low_open=True)
@@ -285,6 +290,9 @@ class BRH(_BalanceRoute):
         self.beta = None if beta is None else float(beta)
         self.refresh = _check_int(refresh, "refresh", 1)
         self.q_min = _check_unit(q_min, "q_min")
+        if not isinstance(hold_full, bool):
+            raise ConfigError(f"policy.decode.hold_full: got {hold_full!r}; allowed: true, false")
+        self.hold_full = hold_full
         self.weights = self.gamma ** np.arange(self.horizon, dtype=np.float64)
         self.predictor = make_predictor(predictor, train_trace, train_rows, train_samples, min_samples)
 
@@ -305,6 +313,8 @@ class BRH(_BalanceRoute):
         t_ref = self._t_ref[rids]
         since = t - t_ref
         tau = self._tau[rids] - since
+        if self.hold_full:  # tau_hat = H held: through the whole window (outlives it, or not confident)
+            tau = np.where(self._tau[rids] >= H, float(H), tau)
         due = (t_ref < 0) | (since >= self.refresh) | (tau < 1)
         if due.any():
             p, mu = self.predictor.window(sim, rids[due], age[due])

@@ -104,12 +104,12 @@ class CapacityModel:
         now = sim.now
         self.last_fwd[inst] = fwd
         self.last_end[inst] = now
-        self.acked[inst] = True
         self.r_queued[inst] = sim.prefill[inst].queued_tokens
         fl, uf = self.flight[inst], self.u_flight[inst]
         while fl and fl[0][0] <= now:
             _, d, tok = fl.popleft()
             uf[d] -= tok
+        self.acked[inst] = not fl  # a dispatch still on the wire is not acknowledged by this pass's end
 
     def poll(self, sim, inst: int) -> bool:
         """Quiescence poll: True (and the unit state is reset) if the instance answers with task depth zero."""

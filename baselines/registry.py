@@ -13,8 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.policy import (BatchingPolicy, DecodeRouter, LeastLoadedAdmission, MixedBatching,
-                                   PrefillScheduler, RoundRobinDispatch)
+from pdgym.envs.sim.policy import (
+    BatchingPolicy,
+    DecodeRouter,
+    LeastLoadedAdmission,
+    MixedBatching,
+    PrefillScheduler,
+    RoundRobinDispatch,
+)
 
 KINDS = {"prefill": PrefillScheduler, "decode": DecodeRouter, "batching": BatchingPolicy}
 _REGISTRY: dict[str, dict[str, type]] = {k: {} for k in KINDS}

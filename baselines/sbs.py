@@ -10,7 +10,7 @@ Interval control: T_fwd = mean of a sliding window of EndForward times (`t_defau
 offline estimate, until the first one); I_opt is recomputed on every EndForward and every
 topology change. Release rule (dual trigger): the interval has elapsed since the last
 release AND the target is ready: (1) a quiescence poll finds its task depth zero (also the
-cold start), (2) it sent EndForward since our last dispatch (fast path), or (3) it is
+cold start), (2) it sent EndForward after our last dispatch reached it (fast path), or (3) it is
 degraded: the watchdog armed at dispatch expired after `watchdog` x T_fwd without a signal
 (lost EndForward or dead instance); the scheduler then resets that instance's state and
 releases to it on the interval alone (fixed-interval batching) until it reports again.
@@ -76,7 +76,10 @@ class SBS(PrefillScheduler):
         self.degraded = np.zeros(n, dtype=bool)
         self.rr_unit = [0] * n
         self._wake_at = math.inf
-        self.stats = {"releases": 0, "watchdog_resets": 0}
+        # late_s: release time past last_release + I_opt, summed (stagger slip, or an empty buffer at the due
+        # time); busy_target: releases whose target was still running a pass (e.g. a long prompt's next
+        # chunk). Both are measurements for the reproductions; the policy does not read them.
+        self.stats = {"releases": 0, "watchdog_resets": 0, "late_s": 0.0, "busy_target": 0}
         self._update_interval()
 
     def on_arrival(self, sim, rid: int) -> None:
@@ -85,7 +88,8 @@ class SBS(PrefillScheduler):
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
         self.cap.end_forward(sim, inst, fwd_time)
         self.degraded[inst] = False
-        self.wd_token[inst] += 1  # disarm the watchdog
+        if self.cap.acked[inst]:
+            self.wd_token[inst] += 1  # disarm the watchdog (not while a dispatch is still on the wire)
         self._update_interval()
         self.try_release(sim)
 
@@ -158,9 +162,13 @@ class SBS(PrefillScheduler):
         else:
             n = self._release_all(sim, target)
         now = sim.now
+        st = self.stats
+        if st["releases"]:
+            st["late_s"] += max(0.0, now - self.last_release - self._interval)
+        st["busy_target"] += bool(sim.prefill[target].busy)
         self.last_release = now
         self.ptr += 1
-        self.stats["releases"] += 1
+        st["releases"] += 1
         if n:
             self.wd_token[target] += 1
             sim.set_timer(now + self.watchdog * self.cap.t_fwd, "prefill", ("wd", target, self.wd_token[target]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from pdgym.envs.sim import Simulator, SimResult
+from pdgym.envs.sim import SimResult, Simulator
 
 CONFIG = {
     "hardware": "h800", "model": "deepseek_v3",

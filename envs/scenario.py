@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from omegaconf import OmegaConf
-
 from pdgym.envs.sim.config import ConfigError, SimConfig, sim_config
 
 

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pdgym.baselines import make_policy
-from pdgym.baselines.balance_route import Score, best_subset, f_score
+from pdgym.baselines.balance_route import BRH, Score, best_subset, f_score
 from pdgym.baselines.iqr import _quartiles, iqr_choice
-from pdgym.baselines.predictors import TrainingData, window_tables
+from pdgym.baselines.predictors import TrainingData, expected_steps, window_tables
+from pdgym.baselines.routers import active_arrays
 from pdgym.envs.sim import ConfigError, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import WorkloadConfig
@@ -179,6 +180,55 @@ def test_survival_tables_match_the_definition():
     assert p[out.max()] == 0.0 and mu[out.max()] == H
 
 
+def test_survival_tau_is_the_expected_in_window_remaining_steps():
+    """tau = P mu + (1 - P) H from the tables equals E[min(O - a, H) | O > a] of the training outputs."""
+    rng = np.random.default_rng(1)
+    out = np.maximum(1, rng.lognormal(4.0, 1.0, size=2000).astype(np.int64))
+    H = 24
+    p, mu = window_tables(out, H)
+    for a in (0, 10, 60, 200):
+        alive = out[out > a]
+        tau = expected_steps(p[a:a + 1], mu[a:a + 1], H, 0.0)[0]
+        assert tau == pytest.approx(max(1.0, np.mean(np.minimum(alive - a, H))))
+    gated = expected_steps(np.array([0.2, 0.9]), np.array([5.0, 5.0]), H, 0.5)
+    assert gated.tolist() == [H, pytest.approx(0.9 * 5 + 0.1 * H)]  # under q_min: assume it stays
+
+
+def test_brh_projection_drops_each_request_after_its_tau_hat():
+    """The N x H projection against ALGORITHMS.md s6, recomputed from the predictor at every round:
+    tau_hat refreshed every R steps (or when new / below 1), decremented between (a tau_hat of H held
+    under hold_full); a request counts at t + h iff h <= tau_hat, with load prompt + age + h - 1."""
+    H, refresh, q_min = 16, 4, 0.3
+
+    class Probe(BRH):
+        rounds, hold = 0, True
+
+        def projection(self, sim, inst):
+            d = sim.decode[inst]
+            rids, workers, age = active_arrays(sim, inst)
+            t_ref = self._t_ref[rids]
+            old = self._tau[rids] - (d.steps - t_ref)
+            if Probe.hold:  # hold_full: a tau_hat of H is not decremented
+                old = np.where(self._tau[rids] >= H, H, old)
+            due = (t_ref < 0) | (d.steps - t_ref >= refresh) | (old < 1)
+            p, mu = self.predictor.window(sim, rids, age)
+            tau = np.where(due, np.where(p >= q_min, np.clip(p * mu + (1 - p) * H, 1, H), H), old)
+            hs = np.arange(1, H + 1)
+            load = (sim.req.prompt[rids] + age)[:, None] + hs - 1
+            want = np.zeros((d.dp, H))
+            np.add.at(want, workers, np.where(hs <= tau[:, None], load, 0))
+            got = super().projection(sim, inst)
+            np.testing.assert_array_equal(got, want)
+            Probe.rounds += len(rids) > 0
+            return got
+
+    for hold in (True, False):
+        Probe.hold, Probe.rounds = hold, 0
+        r = Probe(horizon=H, refresh=refresh, q_min=q_min, predictor="survival", train_samples=2000, hold_full=hold)
+        res = simulate(tier(num=250, oracle=False), {"decode": r})
+        assert res.summary()["finished"] > 0 and Probe.rounds > 20
+
+
 def test_predictors_train_outside_the_evaluated_rows():
     ev = WorkloadConfig(num_requests=1000, arrival="trace", trace="azure_conv", trace_offset=2000)
     _prompt, out = TrainingData("workload").resolve(ev)
@@ -226,6 +276,7 @@ def test_memo_predictor_uses_the_prompt_key_and_falls_back_to_survival():
     ({"name": "br0", "order": "random"}, "order"),
     ({"name": "br0", "stage1_free": 2}, "stage1_free"),
     ({"name": "brh", "predictor": "survival", "train_trace": None}, "train_trace"),
+    ({"name": "brh", "hold_full": "yes"}, "hold_full"),
     ({"name": "brh", "predictor": "memo", "train_trace": "azure_conv", "train_rows": [5, 5]}, "train_rows"),
     ({"name": "brh", "predictor": "crystal_ball"}, "predictor"),
     ({"name": "brh", "q_min": -0.1}, "q_min"),

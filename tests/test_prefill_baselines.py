@@ -353,6 +353,21 @@ def test_sbs_staggers_releases_round_robin_at_the_adaptive_interval():
     assert len(cap._win) == 32 and cap.t_fwd < cap.t_full, "T_fwd comes from the EndForward window"
 
 
+def test_an_end_forward_before_the_dispatch_lands_does_not_acknowledge_it():
+    """EndForward of a pass that ended while our batch was still on the wire: not ready, watchdog armed."""
+    from pdgym.baselines.pbaa import CapacityModel
+
+    sim = Simulator(small(), None, 0)
+    cap = CapacityModel()
+    cap.reset(sim)
+    cap.dispatched(0, 1, 500, sim.now)
+    cap.end_forward(sim, 0, 0.05)  # at sim.now: the dispatch lands L_net later
+    assert not cap.acked[0] and cap.u_flight[0, 1] == 500
+    sim.now += 2 * sim.cfg.cluster.net_latency_s
+    cap.end_forward(sim, 0, 0.05)
+    assert cap.acked[0] and cap.u_flight[0].sum() == 0
+
+
 def test_sbs_interval_follows_the_active_instance_count():
     cfg = scenario(100, 1500, "+faults.scale=[{at: 5.0, count: 2}]")
     pol = Recording()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from pdgym.envs.sim import ConfigError, Simulator, SimResult, simulate
+from pdgym.envs.sim import ConfigError, SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.01, "b_p": 2e-5, "a_d": 0.008, "b_d": 5e-5}}

@@ -9,9 +9,20 @@ the `window_start` quantile request and the last arrival (no ramp-up, no drain, 
 every router): mean worker-KV imbalance (max - min), output tokens per second of decode time, the
 per-step standard deviation of worker KV. TPOT p95 is over all finished requests (pool wait included).
 
+Load across N: the rate is the same multiple of each tier's own measured capacity, and the capacity
+per worker (summary `capacity_per_worker`) stays within about 10% across N = 8..32 (the EP all-to-all
+grows with N), so the N columns compare tiers at the same utilisation. The heavy-tailed tier replays
+max(heavy_tail_requests, heavy_tail_per_worker x N) requests so every N reaches steady state.
+
+Two regimes (see the scenario files): the Azure conversation tier (mean prompt 1.2K) is KV-light, the KV
+read is about 30% of a decode step, so even a large cut in imbalance moves throughput by a few percent;
+the heavy-tailed tier carries long-context traffic (mean prompt 4K, KV about 60% of a step, batch held at
+64 with half the KV pool in use), BalanceRoute's regime, where the throughput gain reaches the 9-12% band.
+
 BR-H runs with the oracle (`oracle: true` for that run only) and with the deployable predictors,
-survival and memo, fitted on the trace rows outside the evaluated ones. The same comparison runs on
-the heavy-tailed synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
+survival and memo (also with `hold_full: true`, rows brh_*_hold: see baselines/balance_route.py),
+fitted on the trace rows outside the evaluated ones. The same comparison runs on the heavy-tailed
+synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
 `sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
 
 Outputs: results.csv / results.md (every router x N x workload), kv_traces_<wl>.png (per-worker KV
@@ -118,7 +129,7 @@ def label(spec) -> str:
     if isinstance(spec, str):
         return spec
     if spec["name"] == "brh":
-        return f"brh_{spec.get('predictor', 'survival')}"
+        return f"brh_{spec.get('predictor', 'survival')}" + ("_hold" if spec.get("hold_full") else "")
     return spec["name"]
 
 
@@ -128,16 +139,20 @@ def routers(p) -> list:
     out.append(dict(p.br0))
     for pred in p.predictors:
         out.append({**dict(p.brh), "predictor": pred})
+    for pred in p.hold_predictors:
+        out.append({**dict(p.brh), "predictor": pred, "hold_full": True})
     return out
 
 
 # --------------------------------------------------------------------------- one workload
-def compare(base, p, seed: int, tag: str, out: Path) -> tuple[pd.DataFrame, dict]:
-    """Every router on every N for one workload; returns the table and the summary fields."""
+def compare(base, p, seed: int, tag: str, out: Path, per_worker: int = 0) -> tuple[pd.DataFrame, dict]:
+    """Every router on every N for one workload; returns the table and the summary fields.
+    `per_worker` > 0: replay max(base requests, per_worker x N) requests, the same count per worker."""
     rows, traces = [], {}
     specs = routers(p)
     for n in p.N:
-        cfg = tier(base, n=int(n))
+        reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
+        cfg = tier(base, n=int(n), num_requests=reqs)
         cap = capacity(cfg, seed)
         cfg = tier(cfg, rate=float(p.load) * cap)
         for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
@@ -148,7 +163,7 @@ def compare(base, p, seed: int, tag: str, out: Path) -> tuple[pd.DataFrame, dict
             if n == p.trace_n:
                 traces[label(spec)] = kept
             rows.append({"workload": tag, "N": int(n), "router": label(spec), "rate": float(p.load) * cap,
-                         "capacity_rps": cap, **r})
+                         "capacity_rps": cap, "capacity_per_worker": cap / int(n), **r})
     table = pd.DataFrame(rows)
     fields = summarise(table, p)
     plot_traces(traces, out / f"kv_traces_{tag}.png", f"{tag}, N = {p.trace_n}")
@@ -161,7 +176,8 @@ def compare(base, p, seed: int, tag: str, out: Path) -> tuple[pd.DataFrame, dict
 def summarise(table: pd.DataFrame, p) -> dict:
     f: dict = {k: [] for k in ("N", "best_classic", "imb_ratio_br0", "imb_ratio_brh_oracle", "tput_gain_br0",
                                "tpot_p95_ratio_brh", "imb_ratio_brh_survival", "imb_ratio_brh_memo",
-                               "tput_gain_brh_oracle")}
+                               "imb_ratio_brh_survival_hold", "imb_ratio_brh_memo_hold",
+                               "tput_gain_brh_oracle", "capacity_per_worker")}
     for n, t in table.groupby("N", sort=True):
         t = t.set_index("router")
         classic = t.loc[[c for c in p.classic]]
@@ -172,10 +188,11 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["imb_ratio_brh_oracle"].append(t.imbalance["brh_oracle"] / t.imbalance["br0"])
         f["tput_gain_br0"].append(t.tput["br0"] / t.tput[best] - 1)
         f["tpot_p95_ratio_brh"].append(t.tpot_p95["brh_oracle"] / t.tpot_p95[best])
-        for pred in ("survival", "memo"):
+        for pred in ("survival", "memo", "survival_hold", "memo_hold"):
             key = f"brh_{pred}"
             f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
         f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1)
+        f["capacity_per_worker"].append(float(t.capacity_per_worker.iloc[0]))
     return f
 
 
@@ -216,7 +233,7 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
     for i, name in enumerate(names):
         vals = []
         for n in ns:
-            t = table[(table.N == n)].set_index("router")
+            t = table[table["N"] == n].set_index("router")
             v = t[col][name]
             vals.append(v / t[col]["least_kv"] if relative and "least_kv" in t.index else v)
         ax.bar(np.arange(len(ns)) + (i - (len(names) - 1) / 2) * width, vals, width, label=name)
@@ -267,13 +284,13 @@ def run(cfg, out: Path) -> dict:
         rows = len(load_trace(base.workload.trace)) - int(base.workload.trace_offset)
         n_eval = min(n_eval, int(0.6 * rows))
     base = tier(base, num_requests=n_eval)
-    sets = [("azure" if base.workload.trace in (None, "azure_conv") else "trace", base)]
+    sets = [("azure" if base.workload.trace in (None, "azure_conv") else "trace", base, 0)]
     if p.heavy_tail_scenario:
         ht = load_scenario(str(p.heavy_tail_scenario)).sim
-        sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests))))
+        sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests)), int(p.heavy_tail_per_worker)))
     tables, fields, sweeps = [], {}, []
-    for tag, sim_cfg in tqdm(sets, desc="br_imbalance workloads"):
-        table, f = compare(sim_cfg, p, seed, tag, out)
+    for tag, sim_cfg, per_worker in tqdm(sets, desc="br_imbalance workloads"):
+        table, f = compare(sim_cfg, p, seed, tag, out, per_worker)
         tables.append(table)
         fields[tag] = f
         if p.sweep:
@@ -292,5 +309,6 @@ def run(cfg, out: Path) -> dict:
         if tag != main_tag:
             summary[tag] = f
     summary["window"] = {"start_quantile": float(p.window_start), "load": float(p.load),
-                         "num_requests": n_eval, "heavy_tail_requests": int(p.heavy_tail_requests)}
+                         "num_requests": n_eval, "heavy_tail_requests": int(p.heavy_tail_requests),
+                         "heavy_tail_per_worker": int(p.heavy_tail_per_worker)}
     return summary

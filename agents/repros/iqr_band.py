@@ -51,10 +51,25 @@ def run(cfg, out: Path) -> dict:
     table["band_vs_baseline"] = table.band_tokens / ref.band_tokens
     table["tput_vs_baseline"] = table.tput / ref.tput
     table.reset_index().to_csv(out / "results.csv", index=False)
-    note = (f"\nBaseline: least_kv_immediate with report_every={int(p.report_every)}. IQR's primary key is the "
-            "batch size, so against `least_kv` (fresh loads, every admission counted) its KV band is "
-            f"{iqr.band_tokens / table.loc['least_kv'].band_tokens:.2f}x, throughput "
-            f"{iqr.tput / table.loc['least_kv'].tput - 1:+.1%}.\n")
+    r1 = table.loc["immediate_r1"]
+    fresh = table.loc["least_kv"]
+    note = (f"\n## What the baseline is\n\nThe baseline of `band_ratio` / `tput_gain` is `least_kv_immediate` with "
+            f"report_every={int(p.report_every)}: each arriving request goes at once to the worker with the least KV "
+            f"in the latest load report; reports come every {int(p.report_every)} decode steps (about "
+            f"{int(p.report_every) * ref.step_ms:.0f} ms here) and the dispatcher does not count its own dispatches "
+            "since, so the arrivals of one report period herd onto the same worker. That staleness is a modelling "
+            "choice (a per-arrival gateway polling worker metrics), not a measured property of any engine, and the "
+            "result depends on it (the immediate_r* rows and band_vs_report.png):\n\n"
+            f"- report_every=1 (a report every step): IQR's band is {iqr.band_tokens / r1.band_tokens:.2f}x the "
+            f"baseline's, throughput {iqr.tput / r1.tput - 1:+.1%};\n"
+            f"- report_every={int(p.report_every)} (the default): {iqr.band_tokens / ref.band_tokens:.2f}x, "
+            f"{iqr.tput / ref.tput - 1:+.1%};\n"
+            f"- `least_kv` (the engine default: fresh loads, every admission counted at once): "
+            f"{iqr.band_tokens / fresh.band_tokens:.2f}x, {iqr.tput / fresh.tput - 1:+.1%}. IQR's primary key is "
+            "the batch size, so against a router that sees exact, current KV its KV band is wider and its "
+            "throughput the same.\n\nSo the paper's effect (band about 40% narrower, throughput about +15%) appears "
+            "only against a dispatcher whose load reports are several steps stale (the report-period curve "
+            "above), not against an exact least-KV router.\n")
     (out / "results.md").write_text(table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n" + note)
     plot_traces(traces, out / "kv_band.png", "IQR vs immediate least-loaded dispatch, N = 32")
     curve = table.loc[[f"immediate_r{int(r)}" for r in p.report_curve]]

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
-
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
+from tqdm import tqdm
 
 from .. import plots
 from ..common import policy_spec, sim_config_from

@@ -10,7 +10,19 @@ the p99 ratio for the tail. `others` adds every prefill baseline at the same loa
 fixed vs dynamic batching comparison of ALGORITHMS.md s4 among them).
 
 Summary: load, ttft_ratio, device_queue_s_immediate, sched_queue_s_sbs (+ peak_qps,
-device_queue_s_sbs, ttft_p99_ratio, long: {...}, batching: {...}, ablation: {...}).
+device_queue_s_sbs, ttft_p99_ratio, sbs_late_ms, long: {..., sbs_busy_target}, batching: {...},
+ablation: {...}).
+
+Reading the gap to the paper's 30-40%: immediate dispatch keeps an instance busy (each pass takes
+what arrived during the last), so its device wait is the residual of a pass, about
+T (1 + cv^2) / 2; SBS at best replaces it by I_opt / 2 = T / (2N) and adds nothing else, which
+bounds the mean-TTFT ratio near (1/6 + 1) / (0.57 + 1) = 0.74 for N = 3 and pass CV 0.38, since
+the pass itself is in both. The strict stagger loses part of that: I_opt x N equals the mean
+cycle, so every pass longer than the mean holds the next release back (`sbs_late_ms` per
+release), cycles lengthen, batches and passes grow. With long prompts a 16K-chunked prompt
+keeps its instance in back-to-back passes, so an EndForward often means "the next chunk has
+started": `long.sbs_busy_target` is the share of releases that then wait a whole pass on the
+device, where immediate dispatch waits a residual.
 """
 
 from __future__ import annotations
@@ -41,12 +53,17 @@ def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
     """Seed-averaged summary metrics (+ TTFT spread and prefill pass-time CV) of one policy at one rate."""
     rows = []
     for seed in seeds:
-        res = simulate(at_rate(sim_cfg, rate, num_requests), {"prefill": make_policy("prefill", spec)}, int(seed))
+        pol = make_policy("prefill", spec)
+        res = simulate(at_rate(sim_cfg, rate, num_requests), {"prefill": pol}, int(seed))
         m = res.summary()
         fin = res.requests[res.requests.status == "finished"]
         dur = res.steps.loc[res.steps.kind == 0, "dur"]
+        st = getattr(pol, "stats", {})
+        n_rel = max(int(st.get("releases", 0)), 1)
         rows.append({**{k: m[k] for k in METRICS}, "ttft_std": float(fin.ttft.std()),
-                     "pass_cv": float(dur.std() / dur.mean()) if len(dur) else np.nan})
+                     "pass_cv": float(dur.std() / dur.mean()) if len(dur) else np.nan,
+                     "late_ms": 1e3 * st["late_s"] / n_rel if "late_s" in st else np.nan,
+                     "busy_target": st["busy_target"] / n_rel if "busy_target" in st else np.nan})
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
@@ -142,9 +159,11 @@ def run(cfg, out: Path) -> dict:
         "device_queue_s_sbs": col(main, "sbs", "device_queue_s"),
         "ttft_p99_ratio": ratios(main, "sbs", "immediate", "ttft_p99"),
         "peak_qps": peak,
+        "sbs_late_ms": col(main, "sbs", "late_ms"),
         "long": {"scenario": p.long_scenario, "peak_qps": peak_long,
                  "ttft_ratio": ratios(long, "sbs", "immediate", "ttft_mean"),
-                 "ttft_p99_ratio": ratios(long, "sbs", "immediate", "ttft_p99")},
+                 "ttft_p99_ratio": ratios(long, "sbs", "immediate", "ttft_p99"),
+                 "sbs_busy_target": col(long, "sbs", "busy_target")},
     }
     if {"fixed_batch", "dynamic_batch"} <= set(specs):
         summary["batching"] = {k: {m: col(main, k, m) for m in ("ttft_p50", "ttft_std", "pass_cv")}

@@ -25,5 +25,16 @@ def simulate(config, policies: dict | None = None, seed: int = 0) -> SimResult:
     return SimResult(sim)
 
 
-__all__ = ["simulate", "Simulator", "SimResult", "SimConfig", "sim_config", "ConfigError", "SUMMARY_KEYS",
-           "PrefillScheduler", "DecodeRouter", "BatchingPolicy", "Batch"]
+__all__ = [
+    "SUMMARY_KEYS",
+    "Batch",
+    "BatchingPolicy",
+    "ConfigError",
+    "DecodeRouter",
+    "PrefillScheduler",
+    "SimConfig",
+    "SimResult",
+    "Simulator",
+    "sim_config",
+    "simulate",
+]

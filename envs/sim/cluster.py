@@ -22,8 +22,15 @@ from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_time
 from .hardware import load_hardware
 from .instances import ColocatedInstance, DecodeInstance, PrefillInstance
 from .models import load_model
-from .policy import (Batch, BatchingPolicy, DecodeRouter, LeastLoadedAdmission, MixedBatching,
-                     PrefillScheduler, RoundRobinDispatch)
+from .policy import (
+    Batch,
+    BatchingPolicy,
+    DecodeRouter,
+    LeastLoadedAdmission,
+    MixedBatching,
+    PrefillScheduler,
+    RoundRobinDispatch,
+)
 from .requests import RequestTable
 from .workload import make_workload
 
@@ -432,8 +439,7 @@ class Simulator:
             req.first_token[rid] = now
         else:
             gap = now - req.last_tok[rid]
-            if gap > req.itl_max[rid]:
-                req.itl_max[rid] = gap
+            req.itl_max[rid] = max(req.itl_max[rid], gap)
         req.last_tok[rid] = now
         req.done[rid] += 1
         self.tokens_out += 1
@@ -447,8 +453,7 @@ class Simulator:
         g = steps.step_t.data[s0] - req.last_tok[rid]
         if s1 - s0 > 1:
             g = max(g, float(steps.gap.data[s0 + 1:s1].max()))
-        if g > req.itl_max[rid]:
-            req.itl_max[rid] = g
+        req.itl_max[rid] = max(req.itl_max[rid], g)
         req.last_tok[rid] = steps.step_t.data[s1 - 1]
 
     # ------------------------------------------------------------------ prefill instances
@@ -506,7 +511,7 @@ class Simulator:
             n_done = 0
             for rid in q:
                 rem = int(work[rid])
-                take = rem if rem <= cap else cap
+                take = min(rem, cap)
                 prior = int(prompt[rid] + done[rid]) - rem
                 at += take * (prior + take * 0.5)
                 tok += take

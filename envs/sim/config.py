@@ -253,7 +253,7 @@ class SimConfig:
     oracle: bool = False  # expose true output lengths to policies
     max_sim_time_s: float = math.inf  # stop the clock here; unfinished requests are rejected("horizon")
 
-    def validate(self) -> "SimConfig":
+    def validate(self) -> SimConfig:
         self.cluster.validate()
         self.workload.validate()
         self.cost.validate()
@@ -323,12 +323,11 @@ _NESTED = {
 def sim_config(data: Any) -> SimConfig:
     """Build and validate a SimConfig from a SimConfig, a dict or an OmegaConf node."""
     if not isinstance(data, (SimConfig, dict)) and data is not None:
-        try:
-            from omegaconf import OmegaConf
+        from omegaconf import OmegaConf
 
-            data = OmegaConf.to_container(data, resolve=True)
-        except Exception as exc:  # pragma: no cover - defensive
-            raise ConfigError(f"config: cannot read {type(data).__name__}: {exc}") from None
+        if not OmegaConf.is_config(data):
+            raise ConfigError(f"config: expected a SimConfig, a dict or an OmegaConf node, got {type(data).__name__}")
+        data = OmegaConf.to_container(data, resolve=True)
     return _build(SimConfig, data, "").validate()
 
 

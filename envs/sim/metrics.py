@@ -125,7 +125,7 @@ class SimResult:
             "chunk_util_mean": _mean(pre.util.to_numpy()),
             "sched_queue_s": _mean(fin.sched_queue.to_numpy()),
             "device_queue_s": _mean(fin.device_queue.to_numpy()),
-            "finished": int(len(fin)),
+            "finished": len(fin),
             "rejected": int((r.status == "rejected").sum()),
             "sim_time_s": span,
             "wall_time_s": float(self.wall_time_s),
@@ -136,7 +136,7 @@ class SimResult:
     def metrics(self) -> dict:
         """summary() plus num_requests: what metrics.json holds."""
         m = self.summary()
-        m["num_requests"] = int(len(self.requests))
+        m["num_requests"] = len(self.requests)
         return m
 
     def write(self, out_dir: str | Path) -> Path:
