@@ -55,7 +55,7 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
-from pdgym.envs.scenario import load_scenario
+from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
@@ -367,7 +367,7 @@ class DecodeRoutingEnv(gym.Env):
                  horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
                  skip: bool = True, prefill="round_robin", batching=None, reward: str = "idle",
                  reward_scale: float = 1.0, max_steps: int | None = None):
-        self.sim_config = _merge(load_scenario(scenario, list(overrides)).sim, config)
+        self.sim_config = merge_sim_config(load_scenario(scenario, list(overrides)).sim, config)
         wl = dataclasses.replace(self.sim_config.workload, num_requests=1, phases=None)
         probe = Simulator(dataclasses.replace(self.sim_config, workload=wl), None, 0)
         if not probe.decode:
@@ -501,27 +501,13 @@ class DecodeRoutingEnv(gym.Env):
         steps = sum(m.steps for m in self.meters)
         t = max(sim.now, 1e-12)
         info = {"sim_time": sim.now, "decisions": self._steps, "decode_steps": steps, "pool": len(sim.pool),
-                "finished": len(sim.completed), "invalid_actions": self._invalid, "throughput_tok_s": sim.tokens_out / t,
+                "finished": len(sim.completed), "invalid_actions": self._invalid,
+                "throughput_tok_s": sim.tokens_out / t,
                 "imbalance_mean": sum(m.imb for m in self.meters) / steps if steps else 0.0,
                 "idle_frac_mean": sum(m.idle for m in self.meters) / steps if steps else 0.0}
         if self._done:
             info["summary"] = SimResult(sim).summary()
         return info
-
-
-def _merge(sim_cfg, config: dict | None):
-    """The scenario's SimConfig with `config` (a nested dict of SimConfig fields) merged over it."""
-    if not config:
-        return sim_cfg
-    from pdgym.envs.sim.config import sim_config
-
-    def deep(a: dict, b: dict) -> dict:
-        out = copy.deepcopy(a)
-        for k, v in b.items():
-            out[k] = deep(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-
-    return sim_config(deep(dataclasses.asdict(sim_cfg), config))
 
 
 def make_env(**kwargs) -> DecodeRoutingEnv:

@@ -31,8 +31,6 @@ scenario's workload (terminated at its end; truncated after `max_steps` decision
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import ClassVar
@@ -43,7 +41,7 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.batching_study import check_float, check_int
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
-from pdgym.envs.scenario import load_scenario
+from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import Batch
@@ -314,7 +312,7 @@ class PhaseBatchingEnv(gym.Env):
                  instance: int = 0, skip_forced: bool = True, prefill="round_robin", batching="mb",
                  reward: str = "requests", slo_penalty: float = 0.0, reward_scale: float = 1.0,
                  max_steps: int | None = None):
-        self.sim_config = _merge(load_scenario(scenario, list(overrides)).sim, config)
+        self.sim_config = merge_sim_config(load_scenario(scenario, list(overrides)).sim, config)
         self.agent = _EnvAdapter(mode=mode, theta_grid=theta_grid, choose_mode=choose_mode, continuous=continuous,
                                  theta_min=theta_min, theta_max=theta_max, mb_cycle_iters=mb_cycle_iters,
                                  max_dp=max_dp, instance=instance, skip_forced=skip_forced, fallback=batching)
@@ -399,21 +397,6 @@ class PhaseBatchingEnv(gym.Env):
         return {"sim_time": sim.now, "completed": n, "rps": n / t, "throughput_tok_s": sim.tokens_out / t,
                 "ttft_mean": self._ttft_sum / self._n_mark if self._n_mark else 0.0,
                 "slo_violations": self._viol, "decisions": self._steps, "unit": self._unit}
-
-
-def _merge(sim_cfg, config: dict | None):
-    """The scenario's SimConfig with `config` (a nested dict of SimConfig fields) merged over it."""
-    if not config:
-        return sim_cfg
-    base = dataclasses.asdict(sim_cfg)
-
-    def deep(a: dict, b: dict) -> dict:
-        out = copy.deepcopy(a)
-        for k, v in b.items():
-            out[k] = deep(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-
-    return deep(base, config)
 
 
 def make_env(**kwargs) -> PhaseBatchingEnv:

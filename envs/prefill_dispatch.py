@@ -48,8 +48,6 @@ what a baseline prefill scheduler would do now onto this env's action (behaviour
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable
@@ -60,7 +58,7 @@ import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
-from pdgym.envs.scenario import load_scenario
+from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
@@ -427,7 +425,7 @@ class PrefillDispatchEnv(gym.Env):
                  decode=None, batching=None, throughput_weight: float = 0.0, reject_penalty_s: float | None = None,
                  reward_scale: float = 1.0, max_steps: int | None = None):
         sc = load_scenario(scenario, list(overrides))
-        self.sim_config = _merge(sc.sim, config)
+        self.sim_config = merge_sim_config(sc.sim, config)
         self.agent = _EnvAdapter(mode=mode, tick_s=tick_s, obs_requests=obs_requests, window=window,
                                  n_limit=n_limit, overload=overload, cache_aware=cache_aware, mask_full=mask_full)
         self.policy_specs = {"decode": decode if decode is not None else sc.policy.get("decode"),
@@ -508,23 +506,6 @@ class PrefillDispatchEnv(gym.Env):
         if self._done:
             info["summary"] = SimResult(sim).summary()
         return info
-
-
-def _merge(sim_cfg, config: dict | None):
-    """The scenario's SimConfig with `config` (a nested dict of SimConfig fields) merged over it."""
-    if not config:
-        return sim_cfg
-    base = dataclasses.asdict(sim_cfg)
-
-    def deep(a: dict, b: dict) -> dict:
-        out = copy.deepcopy(a)
-        for k, v in b.items():
-            out[k] = deep(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-
-    from pdgym.envs.sim.config import sim_config
-
-    return sim_config(deep(base, config))
 
 
 def make_env(**kwargs) -> PrefillDispatchEnv:

@@ -6,6 +6,7 @@ files the command-line apps use, so a scenario means one thing everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 from dataclasses import dataclass
 from functools import lru_cache
@@ -52,3 +53,17 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     sim = sim_config({k: raw[k] for k in ("hardware", "model", "cluster", "workload", "cost", "faults", "slo",
                                           "oracle", "max_sim_time_s")})
     return Scenario(name=name, sim=sim, policy=dict(raw.get("policy") or {}), raw=raw)
+
+
+def merge_sim_config(sim_cfg: SimConfig, config: dict | None) -> SimConfig:
+    """`sim_cfg` with `config` (a nested dict of SimConfig fields) merged over it, validated again."""
+    if not config:
+        return sim_cfg
+
+    def deep(a: dict, b: dict) -> dict:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = deep(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    return sim_config(deep(dataclasses.asdict(sim_cfg), config))

@@ -82,7 +82,7 @@ class WorkloadConfig:
 
     num_requests: int = 1000
     arrival: str = "poisson"  # poisson | deterministic | gamma | onoff | steps | diurnal | closed | trace
-    rate: float | None = 10.0  # mean requests/s (open loop); with arrival=trace: rescale to this rate (null: as recorded)
+    rate: float | None = 10.0  # mean requests/s (open loop); with a trace: rescale to this rate (null: as recorded)
     cv: float = 2.0  # gamma inter-arrival coefficient of variation
     on_s: float = 5.0  # onoff: mean on-period (arrivals at rate / duty) ...
     off_s: float = 5.0  # ... and mean off-period (no arrivals)
