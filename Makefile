@@ -17,7 +17,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	WANDB_MODE=offline $(BIN)/pdgym-sim
+	WANDB_MODE=offline $(BIN)/pdgym-leaderboard preset=quick
 
 test: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m pytest

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, write_json
@@ -40,6 +39,17 @@ METRIC_KEYS = tuple(k for k in SUMMARY_KEYS if k != "wall_time_s") + EXTRA_KEYS 
 HIGHER_BETTER = {"throughput_tok_s", "total_tok_s", "rps", "goodput_rps", "chunk_util_mean", "finished",
                  "slo_attainment"}
 AGENT_META = "agent.json"
+# A learned scheduler may hold requests forever (a prefill agent that never releases, a router that never
+# admits): its runs stop at HORIZON_FACTOR x the open-loop arrival span (at least 60 s; closed loop: 3600 s)
+# of simulated time, and what is left counts as rejected("horizon").
+HORIZON_FACTOR, CLOSED_HORIZON_S = 10.0, 3600.0
+
+
+def agent_horizon(workload: dict) -> float:
+    rate = workload.get("rate")
+    if workload.get("arrival") == "closed" or not rate:
+        return CLOSED_HORIZON_S
+    return max(60.0, HORIZON_FACTOR * float(workload["num_requests"]) / float(rate))
 
 
 def direction(metric: str) -> int:
@@ -98,6 +108,16 @@ def segment(workload: dict, split: dict | None, index: int) -> dict:
     return {"trace_offset": lo + (index * n) % (hi - lo - n + 1), "num_requests": n}
 
 
+def default_splits() -> dict:
+    """conf/splits/default.yaml (train / val / test), for code outside the Hydra apps."""
+    import importlib.resources
+
+    from omegaconf import OmegaConf
+
+    text = (importlib.resources.files("pdgym.conf") / "splits" / "default.yaml").read_text()
+    return OmegaConf.to_container(OmegaConf.create(text))
+
+
 def split_seed(split: dict | None, index: int) -> int:
     return int(split["seed_base"]) + int(index) if split else int(index)
 
@@ -130,7 +150,6 @@ def algo_class(name: str):
 def env_module(env_id: str):
     """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
     import gymnasium as gym
-
     import pdgym.envs  # noqa: F401  (registers the envs)
 
     if env_id not in gym.registry:
@@ -197,26 +216,27 @@ class LoadedAgent:
 
     def policy(self):
         mod = env_module(self.meta["env_id"])
-        return mod.AgentPolicy(self.predict, **self.meta.get("policy_kwargs", {}))
+        return mod.AgentPolicy(self.predict, **self.meta["env_kwargs"])
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
-    """Load a model written by pdgym-train (its run directory or a .zip inside it)."""
+    """Load a model written by pdgym-train (its run directory, or a .zip inside it) with its
+    VecNormalize statistics (`<model>_vecnormalize.pkl`) when it was trained on normalised observations."""
     import pickle
 
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(str(p))
     zip_path = model_file(p)
-    root = zip_path.parent if (zip_path.parent / AGENT_META).is_file() else zip_path.parent.parent
-    meta_path = root / AGENT_META
-    if not meta_path.is_file():
-        raise ConfigError(f"policy: {p} has no {AGENT_META} next to it (not written by pdgym-train?)")
-    meta = json.loads(meta_path.read_text())
+    root = next((d for d in (zip_path.parent, zip_path.parent.parent) if (d / AGENT_META).is_file()), None)
+    if root is None:
+        raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
+    meta = json.loads((root / AGENT_META).read_text())
     model = algo_class(meta["algo"]).load(zip_path, device="cpu")
+    norm_path = zip_path.with_name(zip_path.stem + "_vecnormalize.pkl")
     obs_norm = None
-    if meta.get("obs_norm"):
-        with open(root / meta["obs_norm"], "rb") as fh:
+    if norm_path.is_file():
+        with open(norm_path, "rb") as fh:
             obs_norm = pickle.load(fh)
     return LoadedAgent(zip_path, meta, masked_predictor(model, obs_norm))
 
@@ -291,6 +311,8 @@ def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index:
     from pdgym.baselines import make_policies
 
     raw, seed = apply_split(raw, split, index)
+    if cand.kind == "agent" and not math.isfinite(float(raw.get("max_sim_time_s", math.inf))):
+        raw = dict(raw, max_sim_time_s=agent_horizon(raw["workload"]))
     pols = make_policies({k: v for k, v in others.items() if k != cand.point})
     pols[cand.point] = cand.build()
     return simulate(sim_config_from(raw), pols, seed=seed)
@@ -367,13 +389,16 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
 def main() -> None:
     import hydra
 
-    from .common import one_line_errors
+    from .common import check_group_choices, one_line_errors
 
     sys.argv = [sys.argv[0], *alias_policy_argv(sys.argv[1:])]
+    check_group_choices(sys.argv[1:], "pdgym-eval")
 
     @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="eval")
     def _main(cfg) -> None:
-        one_line_errors("pdgym-eval")(_app)(cfg)
+        from pdgym.agents.evaluate import _app as app  # by import: launchers may run this in another process
+
+        one_line_errors("pdgym-eval")(app)(cfg)
 
     _main()
 

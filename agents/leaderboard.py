@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import sys
 import time
@@ -25,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
@@ -61,6 +61,8 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
     out = []
     allowed = [f for f in BoardScenario.__dataclass_fields__ if f != "key"]
     for key, s in spec.items():
+        if s is None:  # a preset removes a scenario by setting it to null
+            continue
         s = dict(s)
         for k in s:
             if k not in allowed:
@@ -90,9 +92,19 @@ def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, A
         label = spec.pop("label", None) or spec["name"]
         out.append((label, "baseline", spec))
     for a in agents:
-        if a.get("scenarios") is None or sc.key in a["scenarios"]:
+        wanted = a.get("scenarios")
+        if (wanted is None and agent_point(a["path"]) == sc.point) or (wanted is not None and sc.key in wanted):
             out.append((a["label"], "agent", str(a["path"])))
     return out
+
+
+def agent_point(path: str) -> str:
+    """Decision point of a trained agent, from its agent.json (no model loading)."""
+    p = E.model_file(Path(path))
+    for d in (p.parent, p.parent.parent):
+        if (d / E.AGENT_META).is_file():
+            return json.loads((d / E.AGENT_META).read_text())["point"]
+    raise ConfigError(f"agents: {path} has no {E.AGENT_META} (not a pdgym-train run?)")
 
 
 def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | None, index: int) -> dict:
@@ -126,8 +138,8 @@ def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[in
     par = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)
     results = par(delayed(_task)(sc, label, kind, spec, split, i) for sc, label, kind, spec, i in jobs)
     rows, failures = [], []
-    for (sc, label, kind, spec, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
-                                              disable=not progress):
+    for (sc, label, kind, _, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
+                                           disable=not progress):
         if r["ok"]:
             rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"]})
         else:
@@ -214,19 +226,33 @@ def standings(table: pd.DataFrame, scenarios: list[BoardScenario]) -> list[dict]
 
 # --------------------------------------------------------------------------- plots
 def make_plots(runs: pd.DataFrame, table: pd.DataFrame, scenarios: list[BoardScenario], out: Path) -> list[Path]:
-    from . import plots
-
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for sc in scenarios:
         t = table[(table.scenario == sc.key) & (table.metric == sc.primary)]
         if not len(t):
             continue
-        vals = dict(zip(t.policy, t["mean"]))
-        errs = dict(zip(t.policy, ((t.ci_high - t.ci_low) / 2).fillna(0.0)))
-        paths.append(plots.bars(vals, f"{sc.primary} (mean, 95% CI)", out / f"{sc.key}_{sc.primary}.png", errs))
+        paths.append(bars(t, f"{sc.primary} (mean, 95% CI)", sc.key, out / f"{sc.key}_{sc.primary}.png"))
         paths.append(tradeoff(runs[runs.scenario == sc.key], sc.key, out / f"{sc.key}_ttft_tpot.png"))
     return paths
+
+
+def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path) -> Path:
+    """Ranked bars of one metric with 95% intervals; agents in orange, baselines in blue."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.7 * len(t) + 2), 3.8))
+    x = np.arange(len(t))
+    ax.bar(x, t["mean"], yerr=((t.ci_high - t.ci_low) / 2).fillna(0.0), capsize=3,
+           color=["tab:orange" if k == "agent" else "tab:blue" for k in t.kind])
+    ax.set_xticks(x, t.policy, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} (best first; orange: agents)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def tradeoff(runs: pd.DataFrame, title: str, path: Path) -> Path:
@@ -254,8 +280,8 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path) -> Path:
 def write_markdown(table: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[str], meta: dict,
                    failures: list[dict], path: Path) -> str:
     lines = ["# pdgym leaderboard", "",
-             f"Seeds {meta['seeds']} of the `{meta['split']}` split; mean and 95% Student-t interval over seeds. "
-             f"Ranked by each scenario's primary metric.", ""]
+             (f"Seeds {meta['seeds']} of the `{meta['split']}` split; mean and 95% Student-t interval over seeds. "
+             f"Ranked by each scenario's primary metric."), ""]
     st = standings(table, scenarios)
     for sc, s in zip(scenarios, st):
         arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
@@ -263,9 +289,9 @@ def write_markdown(table: pd.DataFrame, scenarios: list[BoardScenario], metrics:
                   f"primary metric `{sc.primary}` ({arrow}). {sc.note}".rstrip(), ""]
         lines += [scenario_frame(table, sc, metrics).to_markdown(index=False), ""]
         if "agent_vs_baseline" in s:
-            lines += [f"Best agent `{s['best_agent']}` vs best baseline `{s['best_baseline']}`: "
+            lines += [(f"Best agent `{s['best_agent']}` vs best baseline `{s['best_baseline']}`: "
                       f"{s['agent_vs_baseline']:+.1%} on `{sc.primary}` "
-                      f"({'better' if s['agent_better'] else 'not better'}).", ""]
+                      f"({'better' if s['agent_better'] else 'not better'})."), ""]
     if failures:
         lines += ["## Runs that failed", "", pd.DataFrame(failures).to_markdown(index=False), ""]
     text = "\n".join(lines)
@@ -289,9 +315,9 @@ def write_html(table: pd.DataFrame, scenarios: list[BoardScenario], metrics: lis
         "td:nth-child(2),th:nth-child(2){text-align:left}tr.agent{background:#eef6ff}",
         "img{max-width:640px;margin:4px}.note{color:#555}</style></head><body>",
         "<h1>pdgym leaderboard</h1>",
-        f"<p class='note'>Seeds {html.escape(str(meta['seeds']))} of the <code>{html.escape(str(meta['split']))}"
+        (f"<p class='note'>Seeds {html.escape(str(meta['seeds']))} of the <code>{html.escape(str(meta['split']))}"
         f"</code> split; mean and 95% Student-t interval over seeds; generated {html.escape(meta['generated'])}."
-        "</p>"]
+        "</p>")]
     for sc, s in zip(scenarios, st):
         frame = scenario_frame(table, sc, metrics)
         arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
@@ -317,11 +343,27 @@ def write_html(table: pd.DataFrame, scenarios: list[BoardScenario], metrics: lis
 
 
 # --------------------------------------------------------------------------- training entries
+def print_board(table: pd.DataFrame, scenarios: list[BoardScenario], st: list[dict]) -> None:
+    """A compact console view: per scenario the ranked policies on the primary metric and key metrics."""
+    from tabulate import tabulate
+
+    for sc, s in zip(scenarios, st):
+        frame = scenario_frame(table, sc, [m for m in ("throughput_tok_s", "ttft_mean", "tpot_mean")
+                                           if m != sc.primary])
+        print(f"\n{sc.key} ({sc.scenario}, {sc.point}; ranked by {sc.primary})")
+        print(tabulate(frame.drop(columns=["seeds"]), headers="keys", tablefmt="simple", showindex=False))
+        if "agent_vs_baseline" in s:
+            print(f"best agent {s['best_agent']} vs best baseline {s['best_baseline']}: "
+                  f"{s['agent_vs_baseline']:+.1%} on {sc.primary}")
+
+
 def train_agents(entries: list[dict], out: Path) -> list[dict]:
     """Train each `train:` entry with pdgym-train's code (in this process) and list it as an agent."""
+    agents = []
+    if not entries:
+        return agents
     from . import train
 
-    agents = []
     for e in entries:
         e = dict(e)
         label = e.pop("label")
@@ -336,8 +378,6 @@ def train_agents(entries: list[dict], out: Path) -> list[dict]:
 # --------------------------------------------------------------------------- the app
 def build(cfg: dict) -> dict:
     """Run the whole board from a plain config dict; returns paths and the standings."""
-    from rich.console import Console
-
     t0 = time.perf_counter()
     scenarios = board_scenarios(cfg["scenarios"])
     seeds = list(cfg["seeds"])
@@ -360,15 +400,15 @@ def build(cfg: dict) -> dict:
     plot_dir = out / "plots"
     if cfg["plots"]:
         make_plots(runs, table, scenarios, plot_dir)
-    text = write_markdown(table, scenarios, metrics, meta, failures, out / "leaderboard.md")
+    write_markdown(table, scenarios, metrics, meta, failures, out / "leaderboard.md")
     write_html(table, scenarios, metrics, meta, failures, plot_dir, out / "leaderboard.html")
     st = standings(table, scenarios)
     summary = {"out_dir": str(out), "scenarios": [s.key for s in scenarios], "seeds": seeds,
-               "runs": int(len(runs)), "failures": failures, "standings": st,
+               "runs": len(runs), "failures": failures, "standings": st,
                "wall_time_s": time.perf_counter() - t0}
     write_json(out / "summary.json", summary)
     if cfg.get("print", True):
-        Console().print(text, markup=False, highlight=False)
+        print_board(table, scenarios, st)
         print(f"\nleaderboard: {out / 'leaderboard.md'} | {out / 'leaderboard.html'} | {out / 'leaderboard.csv'}; "
               f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)")
     return summary
@@ -377,11 +417,15 @@ def build(cfg: dict) -> dict:
 def main() -> None:
     import hydra
 
-    from .common import one_line_errors, to_container
+    from .common import check_group_choices, one_line_errors, to_container
+
+    check_group_choices(sys.argv[1:], "pdgym-leaderboard")
 
     @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="leaderboard")
     def _main(cfg) -> None:
-        one_line_errors("pdgym-leaderboard")(build)(to_container(cfg))
+        from pdgym.agents.leaderboard import build as run  # by import: launchers may run this elsewhere
+
+        one_line_errors("pdgym-leaderboard")(run)(to_container(cfg))
 
     _main()
 

@@ -96,7 +96,7 @@ def test_chunked_caps_pieces_and_alternates():
     sim = Simulator(coloc(), {"batching": Spy(chunk_size=16, K=64)}, 0)
     assert sim.run()
     assert all(piece <= 16 and total <= 64 for piece, total, _, _ in seen)
-    for (p0, _, d0, n0), (p1, _, d1, n1) in itertools.pairwise(seen):
+    for (p0, _, _d0, _n0), (p1, _, d1, n1) in itertools.pairwise(seen):
         if p0 and n1:  # after a prefill iteration, waiting decodes get the next one
             assert d1 and not p1
 
