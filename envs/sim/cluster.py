@@ -292,6 +292,13 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, a, b))
 
+    def _schedule_start(self, kind: int, inst: int) -> None:
+        """Queue a start event of `inst` now, unless one is already queued (starts are idempotent)."""
+        key = (kind, inst)
+        if key not in self._start_pending:
+            self._start_pending.add(key)
+            self._push(self.now, kind, inst)
+
     def _start(self) -> None:
         self._started = True
         for pol in self.policies.values():
@@ -474,10 +481,9 @@ class Simulator:
         req.dev_arrive[rid] = self.now
         P.queues[dp].append(rid)
         P.queued_tokens[dp] += work
-        if not P.busy and (PF_START, inst) not in self._start_pending:
+        if not P.busy:
             # Start after every arrival of this instant is queued: a batch sent at once runs as one pass.
-            self._start_pending.add((PF_START, inst))
-            self._push(self.now, PF_START, inst)
+            self._schedule_start(PF_START, inst)
 
     def _prefill_kick(self, inst: int) -> None:
         self._start_pending.discard((PF_START, inst))
@@ -576,9 +582,8 @@ class Simulator:
         self.req.state[rid] = R.POOL
         self.pool[rid] = None
         for d in self.decode:
-            if not d.busy and (DEC_START, d.idx) not in self._start_pending:
-                self._start_pending.add((DEC_START, d.idx))
-                self._push(self.now, DEC_START, d.idx)
+            if not d.busy:
+                self._schedule_start(DEC_START, d.idx)
 
     def _decode_start(self, inst: int) -> None:
         self._start_pending.discard((DEC_START, inst))
@@ -588,8 +593,7 @@ class Simulator:
         if self.pool and (d.batch < d.batch_limit).any():
             self.router.route(self, inst)
             if self.paused:  # an agent decides the admissions; replay this start afterwards
-                self._start_pending.add((DEC_START, inst))
-                self._push(self.now, DEC_START, inst)
+                self._schedule_start(DEC_START, inst)
                 return
         over = d.kv + d.batch > d.kv_cap
         if over.any():
@@ -597,10 +601,9 @@ class Simulator:
                 self._relieve_worker(d, w)
         nb = int(d.batch.sum())
         if nb == 0:
-            if over.any() and self.pool and (DEC_START, inst) not in self._start_pending:
+            if over.any() and self.pool:
                 # every running request was just rejected: admit from the pool again, or it would wait forever
-                self._start_pending.add((DEC_START, inst))
-                self._push(self.now, DEC_START, inst)
+                self._schedule_start(DEC_START, inst)
             return
         dur = d.cost.pass_time(d.zeros, d.zeros, d.batch, d.kv)
         now = self.now
@@ -669,10 +672,8 @@ class Simulator:
         self._wake_colocated(inst)
 
     def _wake_colocated(self, inst: int) -> None:
-        C = self.colocated[inst]
-        if not C.busy and (CO_START, inst) not in self._start_pending:
-            self._start_pending.add((CO_START, inst))
-            self._push(self.now, CO_START, inst)
+        if not self.colocated[inst].busy:
+            self._schedule_start(CO_START, inst)
 
     def _colocated_start(self, inst: int) -> None:
         self._start_pending.discard((CO_START, inst))
@@ -682,9 +683,8 @@ class Simulator:
         batches = []
         for ui in range(C.dp):
             b = self.batcher.next_batch(self, inst, ui)
-            if self.paused:
-                self._start_pending.add((CO_START, inst))
-                self._push(self.now, CO_START, inst)
+            if self.paused:  # an agent picks the batch; replay this start afterwards
+                self._schedule_start(CO_START, inst)
                 return
             batches.append(b if b is not None else Batch())
         if all(b.empty() for b in batches):
@@ -842,9 +842,8 @@ class Simulator:
                 self._wake_colocated(C.idx)
         elif owner == "decode":
             for d in self.decode:
-                if not d.busy and self.pool and (DEC_START, d.idx) not in self._start_pending:
-                    self._start_pending.add((DEC_START, d.idx))
-                    self._push(self.now, DEC_START, d.idx)
+                if not d.busy and self.pool:
+                    self._schedule_start(DEC_START, d.idx)
 
     def _fault(self, what: str, arg: int) -> None:
         if not self.disaggregated:
