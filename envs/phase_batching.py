@@ -41,7 +41,7 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.batching_study import check_float, check_int
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
-from pdgym.envs.scenario import load_scenario, merge_sim_config
+from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import Batch
@@ -285,13 +285,8 @@ class AgentPolicy(_AgentBatching):
     name = "agent"
 
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        kwargs = {k: v for k, v in env_kwargs.items() if k not in ENV_ONLY}
-        if "batching" in env_kwargs:
-            kwargs["fallback"] = env_kwargs["batching"]
-        try:
-            super().__init__(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"AgentPolicy: {exc}") from None
+        extra = {"fallback": env_kwargs["batching"]} if "batching" in env_kwargs else {}
+        init_from_env_kwargs(super().__init__, env_kwargs, ENV_ONLY, **extra)
         self.predict = predict
 
     def decide(self, sim, inst, units):

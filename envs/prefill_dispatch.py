@@ -58,7 +58,7 @@ import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
-from pdgym.envs.scenario import load_scenario, merge_sim_config
+from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
@@ -360,11 +360,7 @@ class AgentPolicy(_Core):
     """
 
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        kwargs = {k: v for k, v in env_kwargs.items() if k not in ENV_ONLY}
-        try:
-            super().__init__(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"AgentPolicy: {exc}") from None
+        init_from_env_kwargs(super().__init__, env_kwargs, ENV_ONLY)
         self.predict = predict
 
     def decide(self, sim) -> None:
