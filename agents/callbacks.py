@@ -78,15 +78,19 @@ class CheckpointEvery(BaseCallback):
         path = save_model(self.model, self.out / f"model_{self.num_timesteps}.zip", self.vec_norm)
         if hasattr(self.model, "replay_buffer") and self.model.replay_buffer is not None:
             self.model.save_replay_buffer(self.out / f"model_{self.num_timesteps}_replay.pkl")
-        ckpts = sorted(self.out.glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
-        for old in ckpts[:-self.keep]:
+        for old in checkpoints(self.out)[:-self.keep]:
             for f in (old, model_paths(old)[1], old.with_name(old.stem + "_replay.pkl")):
                 f.unlink(missing_ok=True)
         return path
 
 
+def checkpoints(ckpt_dir: Path) -> list[Path]:
+    """The periodic checkpoints model_<steps>.zip of a run, oldest first."""
+    return sorted(Path(ckpt_dir).glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
+
+
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    ckpts = sorted(Path(ckpt_dir).glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
+    ckpts = checkpoints(ckpt_dir)
     return ckpts[-1] if ckpts else None
 
 

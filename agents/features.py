@@ -109,7 +109,9 @@ class SlotSetExtractor(BaseFeaturesExtractor):
         else:
             self.attn = None
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def _encode(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Slot embeddings h (after the optional attention layer), the slot mask m and the pooled
+        context [masked mean | masked max | global embedding]."""
         glob, slots = self.layout.split(obs)
         valid = self.layout.valid(slots)
         valid = valid | ~valid.any(-1, keepdim=True)  # an all-padding row would make pooling undefined
@@ -118,13 +120,14 @@ class SlotSetExtractor(BaseFeaturesExtractor):
             a, _ = self.attn(h, h, h, key_padding_mask=~valid, need_weights=False)
             h = self.norm(h + a)
         m = valid.unsqueeze(-1).to(h.dtype)
-        h = h * m
-        mean = h.sum(1) / m.sum(1).clamp_min(1.0)
-        mx = h.masked_fill(m == 0, -1e9).max(1).values
-        parts = [mean, mx, self.global_net(glob)]
-        if self.keep_slots:
-            parts.append(h.flatten(1))
-        return torch.cat(parts, dim=1)
+        hm = h * m
+        ctx = torch.cat([hm.sum(1) / m.sum(1).clamp_min(1.0), hm.masked_fill(m == 0, -1e9).max(1).values,
+                         self.global_net(glob)], dim=1)
+        return h, m, ctx
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        h, m, ctx = self._encode(obs)
+        return torch.cat([ctx, (h * m).flatten(1)], dim=1) if self.keep_slots else ctx
 
 
 class SlotPointerExtractor(SlotSetExtractor):
@@ -151,17 +154,7 @@ class SlotPointerExtractor(SlotSetExtractor):
         self._features_dim = n_actions + ctx
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        glob, slots = self.layout.split(obs)
-        valid = self.layout.valid(slots)
-        valid = valid | ~valid.any(-1, keepdim=True)
-        h = self.slot_net(slots)
-        if self.attn is not None:
-            a, _ = self.attn(h, h, h, key_padding_mask=~valid, need_weights=False)
-            h = self.norm(h + a)
-        m = valid.unsqueeze(-1).to(h.dtype)
-        hm = h * m
-        ctx = torch.cat([hm.sum(1) / m.sum(1).clamp_min(1.0), hm.masked_fill(m == 0, -1e9).max(1).values,
-                         self.global_net(glob)], dim=1)
+        h, _, ctx = self._encode(obs)
         n = self.layout.n_slots
         logits = self.score(torch.cat([h, ctx.unsqueeze(1).expand(-1, n, -1)], dim=2)).squeeze(-1)
         heads = [logits] + ([self.extra(ctx)] if self.extra is not None else [])
