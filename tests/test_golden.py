@@ -1,0 +1,130 @@
+"""Golden outputs: a fixed set of short runs whose results must not change by accident.
+
+Each case is one seeded run; its metrics (minus wall time), requests.csv and steps.csv are
+reduced to SHA-256 digests committed in tests/golden/digests.json. A refactor keeps every
+digest; a commit that changes behaviour on purpose regenerates them and says why:
+
+    PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py
+
+Every registered baseline runs at its decision point, plus disaggregated and colocated
+runs with faults, a prefix cache and a tight KV budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pdgym.baselines.registry import make_policy, registered
+from pdgym.envs.scenario import load_scenario, merge_sim_config
+from pdgym.envs.sim import simulate
+
+GOLDEN = Path(__file__).parent / "golden" / "digests.json"
+UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
+
+# Where each decision point's baselines run: a scenario small enough for the suite.
+POINT_SCENARIO = {
+    "prefill": ("ds_v3_h800_3p1d", {"workload": {"num_requests": 240}}),
+    "decode": ("decode_tier_n8", {"workload": {"num_requests": 300}}),
+    "batching": ("coloc_h100_qwen3_8b", {"workload": {"num_requests": 200, "concurrency": 64}}),
+}
+
+# Mechanics beyond the policies: faults, prefix caches, tight KV (both KV policies), scale events.
+SPECIAL = {
+    "faults_sbs": ("ds_v3_h800_3p1d", ("policy/prefill=sbs",), {
+        "workload": {"num_requests": 300},
+        "faults": {"drop_end_forward": 0.2, "detect_s": 0.5,
+                   "down": [{"instance": 1, "at": 0.5, "until": 2.0}], "scale": [{"at": 1.0, "count": 2}]}}),
+    "prefix_cache_pbaa": ("ds_v3_h800_3p1d", ("policy/prefill=sbs_cache",), {
+        "workload": {"num_requests": 300, "prefix_groups": 8, "prefix_frac": 0.5},
+        "cluster": {"prefill": {"prefix_cache_entries": 4}}}),
+    "tight_kv_preempt": ("decode_tier_n8", (), {
+        "workload": {"num_requests": 300},
+        "cluster": {"decode": {"kv_capacity_tokens": 6000}, "kv_policy": "preempt"}}),
+    "tight_kv_reject": ("decode_tier_n8", (), {
+        "workload": {"num_requests": 300},
+        "cluster": {"decode": {"kv_capacity_tokens": 6000}, "kv_policy": "reject"}}),
+    "coloc_tight_kv": ("coloc_h100_qwen3_8b", ("policy/batching=eb_plus",), {
+        "workload": {"num_requests": 200, "concurrency": 128},
+        "cluster": {"colocated": {"kv_capacity_tokens": 20000}}}),
+    "disagg_default": ("ds_v3_h800_3p1d", (), {"workload": {"num_requests": 300}}),
+}
+
+
+def configured(point: str) -> list[str]:
+    """Every policy file of a decision point (conf/policy/POINT/NAME.yaml)."""
+    root = importlib.resources.files("pdgym.conf") / "policy" / point
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def cases() -> dict[str, tuple[str, tuple[str, ...], dict]]:
+    """name -> (scenario, Hydra overrides, simulator-config overrides)."""
+    out = {}
+    for point, (scen, over) in POINT_SCENARIO.items():
+        for name in configured(point):
+            extra = ("oracle=true",) if name.endswith("_oracle") else ()
+            out[f"{point}-{name}"] = (scen, (f"policy/{point}={name}", *extra), over)
+    out.update(SPECIAL)
+    return out
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
+    """Digests of one run's metrics (minus wall time), request and step tables."""
+    sc = load_scenario(scen, overrides)
+    cfg = merge_sim_config(sc.sim, over)
+    policies = {k: make_policy(k, v) for k, v in sc.policy.items() if v is not None}
+    res = simulate(cfg, policies, seed=7)
+    metrics = res.metrics()
+    metrics.pop("wall_time_s")
+    return {
+        "metrics": _digest(json.dumps(metrics, sort_keys=True, default=str)),
+        "requests": _digest(res.requests.to_csv(index=False)),
+        "steps": _digest(res.steps.to_csv(index=False)),
+        "finished": metrics["finished"],
+        "rejected": metrics["rejected"],
+    }
+
+
+def _load() -> dict:
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+ALL = cases()
+
+
+def test_every_case_has_a_golden_entry():
+    """A new baseline or case needs its digests committed (and a stale entry means a case was dropped)."""
+    if UPDATE:
+        pytest.skip("updating")
+    assert sorted(_load()) == sorted(ALL), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py"
+
+
+def test_every_registered_baseline_is_covered():
+    for point, (scen, _) in POINT_SCENARIO.items():
+        names = {load_scenario(scen, (f"policy/{point}={n}",)).policy[point]["name"] for n in configured(point)}
+        assert set(registered(point)) <= names, f"{point}: baselines without a config file"
+
+
+@pytest.mark.parametrize("case", sorted(ALL))
+def test_golden(case):
+    got = run_case(*ALL[case])
+    assert got["finished"] + got["rejected"] > 0
+    if UPDATE:
+        data = _load()
+        data[case] = got
+        GOLDEN.parent.mkdir(exist_ok=True)
+        tmp = GOLDEN.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        tmp.replace(GOLDEN)
+        return
+    want = _load().get(case)
+    assert want is not None, f"no golden entry for {case}"
+    assert got == want, f"{case}: outputs changed (behaviour change? regenerate and say why in the commit)"
