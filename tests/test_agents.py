@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import torch
 from gymnasium import spaces
-from pdgym.agents import evaluate as E
-from pdgym.agents import imitation
-from pdgym.agents.features import SlotSetExtractor, policy_kwargs
-from pdgym.agents.train import train_from_overrides
+from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.training import imitation
+from pdgym.agents.training.features import SlotSetExtractor, policy_kwargs
+from pdgym.agents.training.train import train_from_overrides
 from pdgym.envs.sim.config import ConfigError
 
 ENV = "decode_routing"
@@ -64,7 +64,7 @@ def test_set_extractor_is_permutation_invariant_and_ignores_padding():
 
 
 def test_pointer_logits_follow_the_workers():
-    from pdgym.agents.features import SlotPointerExtractor
+    from pdgym.agents.training.features import SlotPointerExtractor
 
     n, d, g = 5, 3, 2
     space = spaces.Box(-np.inf, np.inf, (g + n * d,), np.float32)
@@ -117,7 +117,7 @@ def test_splits_replay_disjoint_trace_rows():
 
 # --------------------------------------------------------------------------- pdgym-eval
 def test_eval_cli_writes_metrics_with_intervals_and_requests(tmp_path):
-    r = cli("pdgym.agents.evaluate", "policy=least_kv", "point=decode", "scenario=decode_tier_n16", "seeds=[0,1]",
+    r = cli("pdgym.agents.evaluation.evaluate", "policy=least_kv", "point=decode", "scenario=decode_tier_n16", "seeds=[0,1]",
             "workload.num_requests=150", "progress=false", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "metrics.json").read_text())
@@ -132,7 +132,7 @@ def test_eval_cli_writes_metrics_with_intervals_and_requests(tmp_path):
 
 
 def test_eval_cli_bad_policy_is_one_line(tmp_path):
-    r = cli("pdgym.agents.evaluate", "policy=no_such_router", "scenario=decode_tier_n16", f"hydra.run.dir={tmp_path}")
+    r = cli("pdgym.agents.evaluation.evaluate", "policy=no_such_router", "scenario=decode_tier_n16", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "no_such_router" in r.stderr
 
@@ -247,7 +247,7 @@ def test_bad_agent_config_is_one_line(tmp_path):
 
 # --------------------------------------------------------------------------- multirun
 def test_joblib_multirun_runs_two_jobs(tmp_path):
-    r = cli("pdgym.agents.train", "-m", "hydra/launcher=joblib_local", "seed=0,1", "agent=a2c",
+    r = cli("pdgym.agents.training.train", "-m", "hydra/launcher=joblib_local", "seed=0,1", "agent=a2c",
             *ALGO_ARGS["a2c"], *[a for a in TINY if not a.startswith("total")], "total_timesteps=32",
             f"hydra.sweep.dir={tmp_path}", timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]

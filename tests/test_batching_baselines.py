@@ -122,7 +122,7 @@ def test_chunk_knee_at_the_prompt_length():
 def test_fixed_batching_keeps_cadence_dynamic_finishes_sooner():
     """At 25 req/s: fixed b = 128 (timeout-paced) gives the tightest token gaps; dynamic batching
     (small targets while the queue is short) finishes typical requests sooner, with more jitter."""
-    from pdgym.agents.repros.chunk_knee import token_gaps
+    from pdgym.agents.experiments.chunk_knee import token_gaps
 
     res = {}
     for name, spec in (("fixed", {"name": "fixed", "b": 128, "timeout_s": 0.05}), ("dynamic", "dynamic")):

@@ -1,4 +1,4 @@
-"""The P:D-ratio study (agents/repros/pd_ratio.py) on a small case: direction only.
+"""The P:D-ratio study (agents/experiments/pd_ratio.py) on a small case: direction only.
 
 The full study (pdgym-repro pd_ratio) runs 1000 requests per GPU with each GPU's whole KV; here
 150 requests per GPU, 120k KV tokens per GPU and kv_policy=reject (an exhausted request is
@@ -11,7 +11,7 @@ import importlib.resources
 
 import pytest
 from omegaconf import OmegaConf
-from pdgym.agents.repros.pd_ratio import label, study, summarise
+from pdgym.agents.experiments.pd_ratio import label, study, summarise
 from pdgym.envs.scenario import load_scenario
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from pdgym.agents import evaluate as E
-from pdgym.agents import leaderboard as L
-from pdgym.agents.train import train_from_overrides
+from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation import leaderboard as L
+from pdgym.agents.training.train import train_from_overrides
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
@@ -86,7 +86,7 @@ def test_html_renders_in_headless_chromium(board):
 
 
 def test_cli_runs_the_tiny_preset(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pdgym.agents.leaderboard", "preset=tiny", f"out_dir={tmp_path}",
+    r = subprocess.run([sys.executable, "-m", "pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}",
                         "print=true"], capture_output=True, text=True, timeout=120, check=False,
                        env=dict(os.environ, WANDB_MODE="disabled"))
     assert r.returncode == 0, r.stderr[-2000:]

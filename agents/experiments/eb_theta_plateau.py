@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from
 from pdgym.baselines import eb_theory as T
 from pdgym.baselines.exclusive_batching import EB, EBStar
 from pdgym.envs.sim import Simulator
@@ -26,9 +28,6 @@ from pdgym.envs.sim.config import LengthConfig
 from pdgym.envs.sim.cost import linear_coefficients
 from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
-
-from .. import plots
-from ..common import sim_config_from
 
 
 def steady_rps(sim: Simulator, lo: float = 0.2, hi: float = 0.8) -> float:

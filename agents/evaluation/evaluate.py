@@ -346,10 +346,9 @@ def write_evaluation(ev: Evaluation, out: Path, scenario: str, extra: dict | Non
 
 # --------------------------------------------------------------------------- the app
 def _app(cfg) -> dict:
+    from pdgym.agents.common import run_dir, to_container
     from rich.console import Console
     from rich.table import Table
-
-    from .common import run_dir, to_container
 
     data = to_container(cfg)  # unknown keys already failed in Hydra (struct mode)
     if data.get("eval_policy") in (None, "???"):
@@ -388,15 +387,14 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
 
 def main() -> None:
     import hydra
-
-    from .common import check_group_choices, one_line_errors
+    from pdgym.agents.common import check_group_choices, one_line_errors
 
     sys.argv = [sys.argv[0], *alias_policy_argv(sys.argv[1:])]
     check_group_choices(sys.argv[1:], "pdgym-eval")
 
     @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="eval")
     def _main(cfg) -> None:
-        from pdgym.agents.evaluate import _app as app  # by import: launchers may run this in another process
+        from pdgym.agents.evaluation.evaluate import _app as app  # by import: launchers may run this in another process
 
         one_line_errors("pdgym-eval")(app)(cfg)
 

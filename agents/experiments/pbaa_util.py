@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from, to_container
 from pdgym.envs.scenario import load_scenario
 from tqdm import tqdm
 
-from .. import plots
-from ..common import sim_config_from, to_container
 from .sbs_ttft import peak_rate, run_point
 
 

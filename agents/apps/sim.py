@@ -14,14 +14,13 @@ import sys
 
 import hydra
 from omegaconf import DictConfig
+from pdgym.agents import plots
+from pdgym.agents.common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
-
-from . import plots
-from .common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container
 
 SHOWN = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p95", "throughput_tok_s", "rps", "imbalance_mean",
          "chunk_util_mean", "sched_queue_s", "device_queue_s", "finished", "rejected", "wall_time_s")

@@ -29,11 +29,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 from . import callbacks as C
-from . import evaluate as E
 
 
 # --------------------------------------------------------------------------- structured config
@@ -385,8 +385,7 @@ def train(data: dict, out: Path) -> dict:
 
 def _plot_history(out: Path, primary: str) -> None:
     import pandas as pd
-
-    from . import plots
+    from pdgym.agents import plots
 
     h = out / "eval_history.csv"
     if not h.is_file():
@@ -402,8 +401,7 @@ def train_from_overrides(overrides: list[str], out: Path, name: str | None = Non
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
-
-    from .common import to_container
+    from pdgym.agents.common import to_container
 
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
@@ -417,15 +415,14 @@ def train_from_overrides(overrides: list[str], out: Path, name: str | None = Non
 
 def main() -> None:
     import hydra
-
-    from .common import check_group_choices, one_line_errors, run_dir, to_container
+    from pdgym.agents.common import check_group_choices, one_line_errors, run_dir, to_container
 
 
     check_group_choices(sys.argv[1:], "pdgym-train")
 
     @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="train")
     def _main(cfg) -> float | None:
-        from pdgym.agents.train import train as run  # by import: launchers may run this in another process
+        from pdgym.agents.training.train import train as run  # by import: launchers may run this in another process
 
         s = one_line_errors("pdgym-train")(run)(to_container(cfg), run_dir())
         print(f"{s['name']}: {s['timesteps']} steps in {s['wall_time_s']:.0f} s; run in {run_dir()}")

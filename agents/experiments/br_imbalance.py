@@ -42,6 +42,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
+from pdgym.agents.common import sim_config_from
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import ORDERS
 from pdgym.envs.scenario import load_scenario
@@ -49,8 +50,6 @@ from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.workload import load_trace
 from tqdm import tqdm
-
-from ..common import sim_config_from
 
 
 # --------------------------------------------------------------------------- measurement

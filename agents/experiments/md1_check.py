@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import policy_spec, sim_config_from
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
 from tqdm import tqdm
-
-from .. import plots
-from ..common import policy_spec, sim_config_from
 
 
 def service_time(sim_cfg, policies) -> float:

@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from pdgym.agents import plots
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import SimResult, Simulator
 from tqdm import tqdm
-
-from .. import plots
 
 POLICIES = ("mb", "eb_star", "eb_plus")
 

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
-
-from . import evaluate as E
 
 CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
 
@@ -362,7 +361,7 @@ def train_agents(entries: list[dict], out: Path) -> list[dict]:
     agents = []
     if not entries:
         return agents
-    from . import train
+    from pdgym.agents.training import train
 
     for e in entries:
         e = dict(e)
@@ -416,14 +415,13 @@ def build(cfg: dict) -> dict:
 
 def main() -> None:
     import hydra
-
-    from .common import check_group_choices, one_line_errors, to_container
+    from pdgym.agents.common import check_group_choices, one_line_errors, to_container
 
     check_group_choices(sys.argv[1:], "pdgym-leaderboard")
 
     @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="leaderboard")
     def _main(cfg) -> None:
-        from pdgym.agents.leaderboard import build as run  # by import: launchers may run this elsewhere
+        from pdgym.agents.evaluation.leaderboard import build as run  # by import: launchers may run this elsewhere
 
         one_line_errors("pdgym-leaderboard")(run)(to_container(cfg))
 

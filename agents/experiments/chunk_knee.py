@@ -25,13 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
 from tqdm import tqdm
-
-from .. import plots
-from ..common import sim_config_from
 
 
 def decode_stall_s(res) -> float:

@@ -32,13 +32,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from, to_container
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import simulate
 from tqdm import tqdm
-
-from .. import plots
-from ..common import sim_config_from, to_container
 
 METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s", "chunk_util_mean", "rejected",
            "finished")

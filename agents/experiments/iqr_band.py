@@ -22,10 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from
 from tqdm import tqdm
 
-from .. import plots
-from ..common import sim_config_from
 from .br_imbalance import plot_traces, run_router
 
 

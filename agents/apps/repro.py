@@ -16,9 +16,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from pdgym.agents.common import fail, one_line_errors
 from pdgym.envs.sim.metrics import write_json
-
-from .common import fail, one_line_errors
 
 
 def available() -> list[str]:

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.common import sim_config_from, to_container
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from tqdm import tqdm
-
-from .. import plots
-from ..common import sim_config_from, to_container
 
 
 def run_case(sim_cfg, spec, faults: dict, seed: int) -> dict:

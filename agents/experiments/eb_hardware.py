@@ -18,13 +18,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from pdgym.agents import plots
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
 from tqdm import tqdm
-
-from .. import plots
 
 POLICIES = ("mb", "eb_star", "eb_plus")
 
