@@ -12,24 +12,6 @@ import numpy as np
 import pandas as pd
 
 
-def ttft_cdf(tables: dict[str, pd.DataFrame], path: Path) -> Path:
-    """Empirical CDF of TTFT per policy set."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, req in tables.items():
-        x = np.sort(req.loc[req.status == "finished", "ttft"].to_numpy())
-        if len(x):
-            ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=label)
-    ax.set_xlabel("TTFT (s)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_xscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def decode_kv_spread(steps: dict[str, pd.DataFrame], path: Path, window: int = 400) -> Path | None:
     """Max and min worker KV per decode step over a window of steps, one panel per policy set."""
     sets = {k: s[s.kind == 1].head(window) for k, s in steps.items()}
@@ -80,5 +62,178 @@ def lines(x: list, series: dict[str, list], xlabel: str, ylabel: str, path: Path
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+LATENCIES = (  # (requests-table expression, axis label): what latency_cdfs draws, one panel each
+    ("ttft", "TTFT (s)"),
+    ("tpot", "TPOT (s / token)"),
+    ("e2e", "end-to-end latency (s)"),
+    ("sched_delay", "scheduling delay (s): scheduler + device queue"),
+)
+
+
+def latency_samples(req: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Finished requests' TTFT, TPOT (outputs > 1 token), end-to-end latency and scheduling delay
+    (time buffered at the scheduler + queued on a prefill device), each sorted."""
+    fin = req[req.status == "finished"]
+    cols = {"ttft": fin.ttft, "tpot": fin.tpot, "e2e": fin.e2e, "sched_delay": fin.sched_queue + fin.device_queue}
+    return {k: np.sort(v.dropna().to_numpy(dtype=float)) for k, v in cols.items()}
+
+
+def latency_cdfs(tables: dict[str, pd.DataFrame], path: Path) -> Path:
+    """Empirical CDFs of TTFT, TPOT, end-to-end latency and scheduling delay, policy sets overlaid.
+
+    A panel uses a log x axis when every sample is positive and they span over 30x.
+    """
+    samples = {label: latency_samples(req) for label, req in tables.items()}
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (key, xlabel) in zip(axes.flat, LATENCIES):
+        drawn = [x for s in samples.values() if len(x := s[key])]
+        for label, s in samples.items():
+            x = s[key]
+            if len(x):
+                p50, p99 = np.percentile(x, [50, 99])
+                ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post",
+                        label=f"{label} (p50 {p50:.3g}, p99 {p99:.3g})")
+        if not drawn:
+            ax.text(0.5, 0.5, "no finished request", ha="center", va="center", transform=ax.transAxes)
+        else:
+            lo = min(float(x[0]) for x in drawn)
+            hi = max(float(x[-1]) for x in drawn)
+            if lo > 0 and hi / lo > 30:
+                ax.set_xscale("log")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("fraction of finished requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pass_segments(t: np.ndarray, dur: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A per-pass value as a step curve over [t, t + dur], broken (NaN) where the instance was idle."""
+    end = t + dur
+    gap = np.append(t[1:] > end[:-1] + 1e-12, True)
+    xs = np.column_stack([t, end, end]).ravel()
+    ys = np.column_stack([y, y, np.where(gap, np.nan, y)]).ravel()
+    return xs, ys
+
+
+def instance_timeseries(steps: pd.DataFrame, path: Path, kind_names: dict[int, str], title: str = "") -> Path | None:
+    """Per-instance time series from the step table, one panel per quantity: prefill tokens per pass,
+    decode batch (requests), KV tokens per DP unit (max, and min dashed), utilisation (chunk
+    or batch slots) and barrier idle. Each pass holds its value over [t, t + dur]; lines break
+    where the instance sat idle."""
+    if not len(steps):
+        return None
+    s = steps.assign(role=steps.kind.map(kind_names))
+    panels = [
+        ("prefill tokens / pass", s.role != "decode", lambda g: g.tokens - np.where(g.role == "colocated", g.reqs, 0)),
+        ("decode batch (requests)", s.role != "prefill", lambda g: g.reqs),
+        ("KV tokens per DP unit\n(max; min dashed)", s.role != "prefill", lambda g: g.kv_max),
+        ("utilisation\n(chunk or batch slots)", s.role.notna(), lambda g: g.util),
+        ("barrier idle_frac\n(steps table)", s.role.notna(), lambda g: g.idle_frac),
+    ]
+    panels = [p for p in panels if p[1].any()]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.9 * len(panels) + 0.6), sharex=True, squeeze=False)
+    groups = list(s.groupby(["role", "inst"], sort=False))
+    colors = {key: plt.get_cmap("tab10")(i % 10) for i, (key, _) in enumerate(groups)}
+    for ax, (ylabel, mask, value) in zip(axes[:, 0], panels):
+        for (role, inst), g in groups:
+            g = g[mask.loc[g.index]]
+            if not len(g):
+                continue
+            xs, ys = _pass_segments(g.t.to_numpy(), g.dur.to_numpy(), np.asarray(value(g), dtype=float))
+            ax.plot(xs, ys, lw=0.7, color=colors[(role, inst)], label=f"{role} {inst}")
+            if ylabel.startswith("KV"):
+                xs, ys = _pass_segments(g.t.to_numpy(), g.dur.to_numpy(), g.kv_min.to_numpy(dtype=float))
+                ax.plot(xs, ys, lw=0.6, ls="--", color=colors[(role, inst)])
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    for ax in axes[1:, 0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=min(len(labels), 6))
+    axes[-1, 0].set_xlabel("simulated time (s)")
+    if title:
+        fig.suptitle(title, fontsize=9, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def default_windows(passes, n_passes: int = 12) -> dict[str, tuple[float, float]]:
+    """Per pass kind, a window of about `n_passes` typical passes from the middle of the run
+    (past the warm-up), so each kind's barrier idle is wide enough to see."""
+    out = {}
+    for kind in dict.fromkeys(p.kind for p in passes):
+        ps = [p for p in passes if p.kind == kind]
+        mid = ps[len(ps) // 2].t
+        out[kind] = (mid, mid + n_passes * float(np.median([p.dur for p in ps])))
+    return out
+
+
+def timeline_bars(passes, kind: str, window: tuple[float, float], row_of: dict[tuple[int, int], int]
+                  ) -> tuple[dict[int, list], dict[int, list]]:
+    """(start, length) bars per timeline row of the `kind` passes overlapping `window`: the whole
+    pass (band) and the unit's busy part; row_of maps (instance, unit) to a row."""
+    t0, t1 = window
+    band: dict[int, list] = {i: [] for i in row_of.values()}
+    busy: dict[int, list] = {i: [] for i in row_of.values()}
+    for p in passes:
+        if p.kind != kind or p.t >= t1 or p.t + p.dur <= t0:
+            continue
+        for u, b in enumerate(p.busy.tolist()):
+            r = row_of[(p.inst, u)]
+            band[r].append((p.t, p.dur))
+            if b > 0:
+                busy[r].append((p.t, b))
+    return band, busy
+
+
+def timeline(passes, path: Path, windows: dict[str, tuple[float, float]] | None = None, title: str = "") -> Path | None:
+    """Passes on every DP unit, one row per unit grouped by instance, one panel per pass kind:
+    the pass (barrier to barrier) in a pale band, the unit's busy time solid on top; the
+    pale part is the unit's barrier idle, white is time with no pass at all."""
+    if not passes:
+        return None
+    windows = windows or default_windows(passes)
+    kinds = [k for k in windows if any(p.kind == k for p in passes)]
+    rows = {k: sorted({(p.inst, u) for p in passes if p.kind == k for u in range(len(p.busy))}) for k in kinds}
+    heights = [max(len(rows[k]), 4) for k in kinds]
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(11, 0.5 + 0.14 * sum(heights) + 0.9 * len(kinds)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    colors = {"prefill": "tab:blue", "decode": "tab:orange", "colocated": "tab:green"}
+    for ax, kind in zip(axes[:, 0], kinds):
+        t0, t1 = windows[kind]
+        row_of = {key: i for i, key in enumerate(rows[kind])}
+        band, busy = timeline_bars(passes, kind, (t0, t1), row_of)
+        c = colors.get(kind, "tab:gray")
+        for r in row_of.values():
+            ax.broken_barh(band[r], (r - 0.42, 0.84), facecolors=c, alpha=0.18, lw=0)
+            ax.broken_barh(busy[r], (r - 0.42, 0.84), facecolors=c, lw=0)
+        insts = sorted({i for i, _ in rows[kind]})
+        ticks = [np.mean([row_of[k] for k in rows[kind] if k[0] == i]) for i in insts]
+        ax.set_yticks(ticks, [f"{kind} {i}\n(DP {sum(1 for k in rows[kind] if k[0] == i)})" for i in insts], fontsize=8)
+        for i in insts[1:]:
+            ax.axhline(min(row_of[k] for k in rows[kind] if k[0] == i) - 0.5, color="k", lw=0.6)
+        ax.set_ylim(len(row_of) - 0.5, -0.5)
+        ax.set_xlim(t0, t1)
+        ax.set_xlabel("simulated time (s)", fontsize=8)
+        ax.set_title(f"{kind} passes: solid = unit busy, pale = barrier idle (waiting for the slowest unit), "
+                     "white = no pass", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9, x=0.01, ha="left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

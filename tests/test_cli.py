@@ -24,7 +24,7 @@ def test_sim_writes_metrics_json_with_the_design_keys(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert set(m) == set(SUMMARY_KEYS) | {"num_requests"}
     assert m["num_requests"] == 300 and m["finished"] + m["rejected"] == 300
-    assert (out / "requests.csv").exists() and (out / "ttft_cdf.png").stat().st_size > 1000
+    assert (out / "requests.csv").exists() and (out / "latency_cdf.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("fmt", ["azure", "vidur", "vidur_no_times"])

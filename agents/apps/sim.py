@@ -3,9 +3,10 @@
     pdgym-sim scenario=NAME seed=S workload.num_requests=N hydra.run.dir=DIR
 
 writes DIR/metrics.json (DESIGN section 5 keys + num_requests), requests.csv, steps.csv
-and plots. With `compare=[...]` every policy set runs on the same seeded traffic; the
-first set's files go to DIR, the others to DIR/compare/<label>/, and compare.csv / the
-plots put them side by side.
+and plots (latency CDFs, per-instance time series; `trace=true` adds trace.json and
+timeline.png: agents/run_views.py). With `compare=[...]` every policy set runs on the same
+seeded traffic; the first set's files go to DIR, the others to DIR/compare/<label>/, and
+compare.csv / the CDFs put them side by side.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 import hydra
 from omegaconf import DictConfig
-from pdgym.agents import plots
+from pdgym.agents import plots, run_views
 from pdgym.agents.common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
@@ -78,8 +79,11 @@ def run(cfg: DictConfig) -> dict:
 
         pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy_set").to_csv(out / "compare.csv")
     if cfg.get("plots", True):
-        plots.ttft_cdf({k: r.requests for k, r in results.items()}, out / "ttft_cdf.png")
+        run_views.write_latency_cdfs({k: r.requests for k, r in results.items()}, out)
         plots.decode_kv_spread({k: r.steps for k, r in results.items()}, out / "decode_kv_spread.png")
+        for label, res in results.items():
+            run_views.write_run_views(res, out if label == first else out / "compare" / label,
+                                      title=f"{cfg.get('scenario_name', 'scenario')}, {label}, seed {cfg.seed}")
     scenario = cfg.get("scenario_name", "scenario")
     Console().print(metrics_table(rows, f"{scenario} (seed {cfg.seed})"))
     print(f"results in {out}")

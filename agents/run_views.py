@@ -1,0 +1,53 @@
+"""What pdgym-sim writes next to a run's metrics so a person can see the run (vidur-style outputs).
+
+- latency_cdf.png / latency_cdf.csv: CDFs of TTFT, TPOT, end-to-end latency and scheduling
+  delay of finished requests, policy sets overlaid (`compare=[...]`); the csv holds each
+  metric's percentiles 0..100 per set.
+- instance_timeseries.png (one per run directory): per-instance prefill tokens, decode batch,
+  KV per DP unit, utilisation and barrier idle over time, from the step table.
+- trace.json + timeline.png (with `trace=true`): every pass on every DP unit as a Chrome /
+  Perfetto trace (agents/trace.py) and a static timeline of a few passes per pass kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pdgym.agents import plots
+from pdgym.agents.trace import PassRecord, write_trace
+from pdgym.envs.sim.cluster import PASS_COLOCATED, PASS_DECODE, PASS_PREFILL
+
+KIND_NAMES = {PASS_PREFILL: "prefill", PASS_DECODE: "decode", PASS_COLOCATED: "colocated"}
+PERCENTILES = np.append(np.arange(0, 101), 99.9)
+
+
+def latency_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Percentiles (rows) of each latency metric (columns) per policy set; NaN where a set has no sample."""
+    rows = []
+    for label, req in tables.items():
+        samples = plots.latency_samples(req)
+        cols = {k: np.percentile(x, PERCENTILES) if len(x) else np.full(len(PERCENTILES), np.nan)
+                for k, x in samples.items()}
+        rows.append(pd.DataFrame({"policy_set": label, "percentile": PERCENTILES, **cols}))
+    return pd.concat(rows, ignore_index=True).sort_values(["policy_set", "percentile"], kind="stable")
+
+
+def write_latency_cdfs(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
+    """latency_cdf.png and latency_cdf.csv in `out` (csv written atomically)."""
+    csv = out / "latency_cdf.csv"
+    tmp = csv.with_suffix(".csv.tmp")
+    latency_table(tables).to_csv(tmp, index=False)
+    tmp.replace(csv)
+    return [plots.latency_cdfs(tables, out / "latency_cdf.png"), csv]
+
+
+def write_run_views(result, out: Path, passes: list[PassRecord] | None = None, title: str = "") -> list[Path]:
+    """One run's time series, and with `passes` its trace and timeline, in `out`."""
+    written = [plots.instance_timeseries(result.steps, out / "instance_timeseries.png", KIND_NAMES, title)]
+    if passes is not None:
+        meta = {"title": title, "seed": result.seed}
+        written.append(write_trace(out / "trace.json", passes, result.requests, meta=meta))
+        written.append(plots.timeline(passes, out / "timeline.png", title=title))
+    return [p for p in written if p is not None]

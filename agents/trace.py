@@ -1,0 +1,167 @@
+"""Chrome / Perfetto trace of a run: every pass on every DP unit, so the barrier idle can be seen.
+
+A forward pass of an instance ends at a barrier across its DP units: the pass lasts as long
+as its slowest unit, and every faster unit waits. The step table keeps one row per pass (its
+`idle_frac`); this module keeps what a timeline needs, one `PassRecord` per pass with each
+unit's busy seconds, and writes them in the Trace Event Format (JSON object form) that
+ui.perfetto.dev and chrome://tracing load:
+
+- one process per instance (pid; "prefill 0", "decode 0", ...), one thread per DP unit
+  (tid = unit + 1) and one "pass" thread (tid 0) with the whole pass [t, t + dur];
+- each pass is a complete ('X') slice per unit starting at the pass start and lasting the
+  unit's busy time; the rest of the pass, until the barrier releases, is a gap: the barrier
+  idle (`idle_slices=True` draws it as an explicit "barrier idle" slice instead);
+- optionally each request's lifetime as nestable async slices (queued at the scheduler,
+  prefill, decode) on a "requests" process.
+
+Where the idle sits inside a pass is a drawing choice: the cost models aggregate the per-layer
+waits of DP attention + EP MoE into one barrier per pass, so the gap is drawn at its end.
+Times are microseconds (the format's unit); a run's t = 0 is ts = 0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+KIND_ORDER = ("prefill", "decode", "colocated")
+US = 1e6  # trace timestamps are microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class PassRecord:
+    """One pass of one instance: start `t` and length `dur` (s), the pass kind's name, the
+    instance index, each DP unit's busy seconds (<= dur; dur - busy is its barrier wait),
+    and optionally the tokens and requests of the pass (instance totals)."""
+
+    t: float
+    dur: float
+    kind: str
+    inst: int
+    busy: np.ndarray
+    tokens: float = 0.0
+    reqs: float = 0.0
+
+    @property
+    def idle(self) -> np.ndarray:
+        """Seconds each unit waits at the barrier."""
+        return self.dur - self.busy
+
+
+class PassRecorder:
+    """Collects one PassRecord per pass; `record` is what a simulator's pass-end hook calls."""
+
+    def __init__(self):
+        self.passes: list[PassRecord] = []
+
+    def record(self, t: float, dur: float, kind: str, inst: int, busy: Sequence[float],
+               tokens: float = 0.0, reqs: float = 0.0) -> None:
+        busy = np.minimum(np.asarray(busy, dtype=float), dur)  # float noise must not push busy past the barrier
+        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, float(tokens), float(reqs)))
+
+
+def busy_from_unit_times(dur: float, unit: np.ndarray) -> np.ndarray:
+    """Per-unit busy seconds of a pass whose cost model gave per-unit compute times `unit`.
+
+    The pass lasts fixed costs + max(unit) (+ communication every unit takes part in), so a
+    unit waits max(unit) - unit at the barrier and is busy for the rest of the pass.
+    """
+    unit = np.asarray(unit, dtype=float)
+    return dur - (unit.max() - unit) if unit.size else unit
+
+
+def instance_keys(passes: Iterable[PassRecord]) -> dict[tuple[str, int], int]:
+    """(kind, instance) -> pid, in a stable order: prefill instances, then decode, then colocated."""
+    keys = {(p.kind, p.inst) for p in passes}
+    order = sorted(keys, key=lambda k: (KIND_ORDER.index(k[0]) if k[0] in KIND_ORDER else len(KIND_ORDER), k))
+    return {k: i + 1 for i, k in enumerate(order)}
+
+
+def _us(x: float) -> float:
+    return round(x * US, 3)  # nanosecond resolution keeps the file small and exact enough
+
+
+def chrome_trace(passes: Sequence[PassRecord], requests: pd.DataFrame | None = None,
+                 idle_slices: bool = False, meta: dict | None = None) -> dict:
+    """The Trace Event Format object (`{"traceEvents": [...], ...}`) of a run's passes.
+
+    `requests` (the run's request table) adds each request's lifetime as async slices.
+    """
+    pids = instance_keys(passes)
+    units: dict[tuple[str, int], int] = {}
+    for p in passes:
+        units[(p.kind, p.inst)] = max(units.get((p.kind, p.inst), 0), len(p.busy))
+    ev: list[dict] = []
+    for (kind, inst), pid in pids.items():
+        ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                   "args": {"name": f"{kind} {inst} (DP {units[(kind, inst)]})"}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "pass (barrier)"}})
+        for u in range(units[(kind, inst)]):
+            ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": u + 1, "args": {"name": f"DP unit {u}"}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": u + 1, "args": {"sort_index": u + 1}})
+    n_pass: dict[tuple[str, int], int] = {}
+    for p in passes:
+        key = (p.kind, p.inst)
+        pid = pids[key]
+        n = n_pass[key] = n_pass.get(key, -1) + 1
+        ts = _us(p.t)
+        idle = p.idle
+        idle_frac = float(idle.mean() / p.dur) if p.dur > 0 and idle.size else 0.0
+        ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": 0, "ts": ts, "dur": _us(p.dur),
+                   "args": {"pass": n, "kind": p.kind, "tokens": p.tokens, "requests": p.reqs,
+                            "idle_share_of_unit_time": round(idle_frac, 6)}})
+        for u, (b, w) in enumerate(zip(p.busy.tolist(), idle.tolist())):
+            if b > 0:
+                ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": u + 1, "ts": ts,
+                           "dur": _us(b), "args": {"pass": n, "idle_ms": round(w * 1e3, 6)}})
+            if idle_slices and w > 0:
+                ev.append({"ph": "X", "name": "barrier idle", "cat": "idle", "pid": pid, "tid": u + 1,
+                           "ts": _us(p.t + b), "dur": _us(w), "args": {"pass": n, "idle_ms": w * 1e3}})
+    if requests is not None and len(requests):
+        ev.extend(request_events(requests, pid=len(pids) + 1))
+    return {"traceEvents": ev, "displayTimeUnit": "ms",
+            "otherData": {"source": "pdgym", "time_unit": "us", **(meta or {})}}
+
+
+def request_events(requests: pd.DataFrame, pid: int) -> list[dict]:
+    """Each request as a nestable async slice with its phases: scheduler (arrival to first
+    dispatch), prefill (to the first token), decode (to the finish); rejected requests show
+    as one 'rejected: REASON' slice."""
+    ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "requests"}},
+          {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    cols = ["id", "arrival", "dispatch", "first_token", "finish", "status", "reason", "prompt", "output"]
+    for rid, arr, disp, first, fin, status, reason, prompt, out in requests[cols].itertuples(index=False):
+        if not np.isfinite(arr) or not np.isfinite(fin):
+            continue
+        name = f"request {rid}"
+        common = {"cat": "request", "pid": pid, "tid": 0, "id": int(rid)}
+        ev.append({"ph": "b", "name": name, "ts": _us(arr), **common,
+                   "args": {"prompt": int(prompt), "output": int(out), "status": status}})
+        if status != "finished":
+            ev.append({"ph": "b", "name": f"rejected: {reason}", "ts": _us(arr), **common})
+            ev.append({"ph": "e", "name": f"rejected: {reason}", "ts": _us(fin), **common})
+        else:
+            marks = [("scheduler", arr, disp), ("prefill", disp, first), ("decode", first, fin)]
+            for phase, a, b in marks:
+                if np.isfinite(a) and np.isfinite(b) and b > a:
+                    ev.append({"ph": "b", "name": phase, "ts": _us(a), **common})
+                    ev.append({"ph": "e", "name": phase, "ts": _us(b), **common})
+        ev.append({"ph": "e", "name": name, "ts": _us(fin), **common})
+    return ev
+
+
+def write_trace(path: str | Path, passes: Sequence[PassRecord], requests: pd.DataFrame | None = None,
+                idle_slices: bool = False, meta: dict | None = None) -> Path:
+    """Write the trace JSON atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(chrome_trace(passes, requests, idle_slices, meta), fh, separators=(",", ":"))
+    tmp.replace(path)
+    return path
