@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+from pdgym.envs.sim.events import PassKind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -14,7 +15,7 @@ import pandas as pd
 
 def decode_kv_spread(steps: dict[str, pd.DataFrame], path: Path, window: int = 400) -> Path | None:
     """Max and min worker KV per decode step over a window of steps, one panel per policy set."""
-    sets = {k: s[s.kind == 1].head(window) for k, s in steps.items()}
+    sets = {k: s[s.kind == PassKind.DECODE].head(window) for k, s in steps.items()}
     sets = {k: s for k, s in sets.items() if len(s)}
     if not sets:
         return None

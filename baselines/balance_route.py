@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.validation import check_float, check_int
 
 from .predictors import expected_steps, make_predictor
 from .registry import register
@@ -161,25 +162,12 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
 
 
 # --------------------------------------------------------------------------- the routers
-def _check_int(v, key: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ConfigError(f"policy.decode.{key}: got {v!r}; must be an integer >= {lo}")
-    return v
-
-
-def _check_unit(v, key: str, low_open: bool = False) -> float:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (0 < v <= 1 if low_open else 0 <= v <= 1)
-    if not ok:
-        raise ConfigError(f"policy.decode.{key}: got {v!r}; allowed {'(0, 1]' if low_open else '[0, 1]'}")
-    return float(v)
-
-
 class _BalanceRoute(DecodeRouter):
     """Stage 1 / Stage 2 admission against an N x H projection of worker loads (see module doc)."""
 
     def __init__(self, stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
-        self.stage1_free = _check_unit(stage1_free, "stage1_free")
-        self.window = _check_int(window, "window", 1)
+        self.stage1_free = check_float(stage1_free, "policy.decode.stage1_free", 0, 1)
+        self.window = check_int(window, "policy.decode.window", 1)
         if order not in ORDERS:
             raise ConfigError(f"policy.decode.order: got {order!r}; allowed: {', '.join(ORDERS)}")
         self.order = order
@@ -280,16 +268,16 @@ class BRH(_BalanceRoute):
                  train_samples: int = 20000, min_samples: int = 3, hold_full: bool = False,
                  stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
         super().__init__(stage1_free, window, order)
-        self.horizon = _check_int(horizon, "horizon", 1)
-        self.gamma = _check_unit(gamma, "gamma", low_open=True)
+        self.horizon = check_int(horizon, "policy.decode.horizon", 1)
+        self.gamma = check_float(gamma, "policy.decode.gamma", 0, 1, lo_open=True)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
             raise ConfigError(f"policy.decode.alpha: got {alpha!r}; must be > 0")
         if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0):
             raise ConfigError(f"policy.decode.beta: got {beta!r}; must be >= 0 (or null for N - 1)")
         self.alpha = float(alpha)
         self.beta = None if beta is None else float(beta)
-        self.refresh = _check_int(refresh, "refresh", 1)
-        self.q_min = _check_unit(q_min, "q_min")
+        self.refresh = check_int(refresh, "policy.decode.refresh", 1)
+        self.q_min = check_float(q_min, "policy.decode.q_min", 0, 1)
         if not isinstance(hold_full, bool):
             raise ConfigError(f"policy.decode.hold_full: got {hold_full!r}; allowed: true, false")
         self.hold_full = hold_full

@@ -21,31 +21,9 @@ import math
 
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import Batch, BatchingPolicy
+from pdgym.envs.sim.validation import check_float, check_int
 
 from .registry import register
-
-
-# --------------------------------------------------------------------------- parameter checks
-def check_int(value, key: str, lo: int = 1, allow_none: bool = False) -> int | None:
-    """An integer >= lo (or None when allowed), else a one-line ConfigError naming the key."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ConfigError(f"{key}: got {value!r}; must be an integer >= {lo}" + (" or null" if allow_none else ""))
-    return int(value)
-
-
-def check_float(value, key: str, lo: float = 0.0, hi: float = math.inf, lo_open: bool = False,
-                hi_open: bool = False) -> float:
-    """A finite number in [lo, hi] (open ends when asked), else a one-line ConfigError naming the key."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-    if ok:
-        v = float(value)
-        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-    if not ok:
-        lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
-        raise ConfigError(f"{key}: got {value!r}; allowed {lb}{lo}, {hi}{rb}")
-    return float(value)
 
 
 def _budget(param: int | None, unit) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+from pdgym.envs.sim.events import PassKind
 from scipy.optimize import minimize_scalar
 
 THETA_MIN, THETA_MAX = 0.01, 0.99
@@ -195,7 +196,7 @@ def calibrate_mixed(sim_config, output_means=(32, 128, 512), num_requests: int =
         wl = dataclasses.replace(sim_config.workload, num_requests=num_requests, trace=None,
                                  output=LengthConfig(dist="geometric", mean=float(mu), max=8 * int(mu)))
         steps = simulate(dataclasses.replace(sim_config, workload=wl), seed=seed).steps
-        mixed = steps[(steps.kind == 2) & (steps.reqs > 0) & (steps.tokens > steps.reqs)]
+        mixed = steps[(steps.kind == PassKind.COLOCATED) & (steps.reqs > 0) & (steps.tokens > steps.reqs)]
         rows.append(mixed[["tokens", "reqs", "dur"]])
     m = pd.concat(rows)
     return fit_mixed_cost(m.tokens, m.reqs, m.dur)

@@ -24,9 +24,10 @@ import numpy as np
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.cost import linear_coefficients
 from pdgym.envs.sim.policy import Batch, BatchingPolicy, MixedBatching
+from pdgym.envs.sim.validation import check_float, check_int
 
 from . import eb_theory as T
-from .batching_study import PrefillFirst, check_float, check_int
+from .batching_study import PrefillFirst
 from .registry import register
 
 REFILL, DECODE = 0, 1

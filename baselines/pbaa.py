@@ -28,17 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 from pdgym.envs.sim.config import ConfigError
-
-
-def check_param(ok: bool, key: str, msg: str) -> None:
-    """One-line ConfigError naming the policy parameter (shared by the prefill baselines)."""
-    if not ok:
-        raise ConfigError(f"policy.prefill.{key}: {msg}")
-
-
-def is_num(x) -> bool:
-    """A real number (not a bool, not NaN): what every numeric policy parameter must be."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
+from pdgym.envs.sim.validation import check, is_num
 
 
 class CapacityModel:
@@ -51,8 +41,8 @@ class CapacityModel:
     """
 
     def __init__(self, window: int = 32, t_default: float | None = None):
-        check_param(isinstance(window, int) and window >= 1, "window", f"got {window!r}; must be an integer >= 1")
-        check_param(t_default is None or (is_num(t_default) and t_default > 0), "t_default",
+        check(isinstance(window, int) and window >= 1, "policy.prefill.window", f"got {window!r}; must be an integer >= 1")
+        check(t_default is None or (is_num(t_default) and t_default > 0), "policy.prefill.t_default",
                     f"got {t_default!r}; must be > 0 (or null: full-chunk pass time of the cost model)")
         self.window = window
         self.t_default = t_default
@@ -210,8 +200,8 @@ class PBAA:
     OVERLOAD = ("reject", "throttle")
 
     def __init__(self, n_limit: int = 3, overload: str = "reject", cache_aware: bool = False):
-        check_param(isinstance(n_limit, int) and n_limit >= 0, "n_limit", f"got {n_limit!r}; must be an integer >= 0")
-        check_param(overload in self.OVERLOAD, "overload", f"got {overload!r}; allowed: {', '.join(self.OVERLOAD)}")
+        check(isinstance(n_limit, int) and n_limit >= 0, "policy.prefill.n_limit", f"got {n_limit!r}; must be an integer >= 0")
+        check(overload in self.OVERLOAD, "policy.prefill.overload", f"got {overload!r}; allowed: {', '.join(self.OVERLOAD)}")
         self.n_limit = n_limit
         self.overload = overload
         self.cache_aware = bool(cache_aware)

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
@@ -52,9 +53,7 @@ def _load_all() -> None:
     global _loaded
     if _loaded:
         return
-    import pdgym.baselines as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):  # this package's modules, without importing it
         if mod.name != "registry" and not mod.name.startswith("_"):
             importlib.import_module(f"pdgym.baselines.{mod.name}")
     _loaded = True

@@ -32,8 +32,9 @@ import math
 
 import numpy as np
 from pdgym.envs.sim.policy import PrefillScheduler
+from pdgym.envs.sim.validation import check, is_num
 
-from .pbaa import PBAA, CapacityModel, check_param, is_num
+from .pbaa import PBAA, CapacityModel
 from .registry import register
 
 ALLOCATIONS = ("pbaa", "pbaa_cache", "first_fit", "round_robin")
@@ -47,14 +48,14 @@ class SBS(PrefillScheduler):
     def __init__(self, allocation: str = "pbaa", window: int = 32, t_default: float | None = None,
                  l_net: float | None = None, watchdog: float = 5.0, poll_s: float = 0.05, n_limit: int = 3,
                  overload: str = "reject", order: str = "strict"):
-        check_param(allocation in ALLOCATIONS, "allocation",
+        check(allocation in ALLOCATIONS, "policy.prefill.allocation",
                     f"got {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
-        check_param(l_net is None or (is_num(l_net) and l_net >= 0), "l_net",
+        check(l_net is None or (is_num(l_net) and l_net >= 0), "policy.prefill.l_net",
                     f"got {l_net!r}; must be >= 0 (or null: cluster.net_latency_s)")
-        check_param(is_num(watchdog) and watchdog > 1, "watchdog",
+        check(is_num(watchdog) and watchdog > 1, "policy.prefill.watchdog",
                     f"got {watchdog!r}; must be > 1 (multiples of T_fwd)")
-        check_param(is_num(poll_s) and poll_s > 0, "poll_s", f"got {poll_s!r}; must be > 0")
-        check_param(order in ORDERS, "order", f"got {order!r}; allowed: {', '.join(ORDERS)}")
+        check(is_num(poll_s) and poll_s > 0, "policy.prefill.poll_s", f"got {poll_s!r}; must be > 0")
+        check(order in ORDERS, "policy.prefill.order", f"got {order!r}; allowed: {', '.join(ORDERS)}")
         self.allocation = allocation
         self.order_rule = order
         self.cap = CapacityModel(window, t_default)

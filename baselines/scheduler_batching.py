@@ -24,9 +24,9 @@ import math
 from collections import deque
 
 from pdgym.envs.sim.policy import PrefillScheduler
+from pdgym.envs.sim.validation import check, is_num
 
 from .dispatch import outstanding_tokens, queue_depth
-from .pbaa import check_param, is_num
 from .registry import register
 
 
@@ -79,8 +79,8 @@ class FixedBatching(BufferedRelease):
     """Release the buffer once it holds `b` prompt tokens or its oldest request waited `timeout_s`."""
 
     def __init__(self, b: int = 8192, timeout_s: float = 0.1):
-        check_param(isinstance(b, int) and b >= 1, "b", f"got {b!r}; must be an integer >= 1 (tokens)")
-        check_param(is_num(timeout_s) and timeout_s > 0, "timeout_s",
+        check(isinstance(b, int) and b >= 1, "policy.prefill.b", f"got {b!r}; must be an integer >= 1 (tokens)")
+        check(is_num(timeout_s) and timeout_s > 0, "policy.prefill.timeout_s",
                     f"got {timeout_s!r}; must be > 0 (seconds)")
         self.b = b
         self.timeout_s = float(timeout_s)
@@ -101,11 +101,11 @@ class DynamicBatching(BufferedRelease):
             isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, int) for x in p) for p in pairs)
         depths = [p[0] for p in pairs] if ok else []
         ok = ok and depths[0] == 0 and depths == sorted(set(depths)) and all(p[1] >= 1 for p in pairs)
-        check_param(ok, "thresholds", f"got {thresholds!r}; need [[depth, b], ...] integer pairs, depths rising "
+        check(ok, "policy.prefill.thresholds", f"got {thresholds!r}; need [[depth, b], ...] integer pairs, depths rising "
                     "strictly from 0, b >= 1 tokens")
-        check_param(is_num(ttft_target_s) and ttft_target_s > 0, "ttft_target_s",
+        check(is_num(ttft_target_s) and ttft_target_s > 0, "policy.prefill.ttft_target_s",
                     f"got {ttft_target_s!r}; must be > 0 (seconds)")
-        check_param(isinstance(window, int) and window >= 1, "window", f"got {window!r}; must be an integer >= 1")
+        check(isinstance(window, int) and window >= 1, "policy.prefill.window", f"got {window!r}; must be an integer >= 1")
         self.depths = depths[1:]
         self.targets = [p[1] for p in pairs]
         self.ttft_target_s = float(ttft_target_s)

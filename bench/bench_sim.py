@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim.events import PassKind
 
 CONFIG = {
     "hardware": "h800", "model": "deepseek_v3",
@@ -28,5 +29,5 @@ def run() -> dict:
     wall, sim = best
     m = SimResult(sim).summary()
     return {"requests_per_wall_s": sim.req.n / wall, "events_per_wall_s": sim.n_events / wall,
-            "decode_steps": float((SimResult(sim).steps.kind == 1).sum()), "sim_time_s": m["sim_time_s"],
+            "decode_steps": float((SimResult(sim).steps.kind == PassKind.DECODE).sum()), "sim_time_s": m["sim_time_s"],
             "finished": m["finished"]}

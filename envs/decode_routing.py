@@ -59,6 +59,7 @@ from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_c
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.validation import check_int
 
 ENV_ID = "pdgym/DecodeRouting-v0"
 N_GLOBAL, N_WORKER, N_HORIZON = 12, 8, 3
@@ -66,14 +67,6 @@ ORDERS = ("length", "arrival")
 REWARDS = ("idle", "throughput")
 LOW, HIGH = -1.0, 8.0
 ENV_ONLY = ("scenario", "overrides", "config", "prefill", "batching", "reward", "reward_scale", "max_steps")
-
-
-def _int(v, key: str, lo: int, allow_none: bool = False) -> int | None:
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ConfigError(f"env.{key}: got {v!r}; must be an integer >= {lo}{' (or null)' if allow_none else ''}")
-    return int(v)
 
 
 class _Router(DecodeRouter):
@@ -90,7 +83,7 @@ class _Router(DecodeRouter):
         if order not in ORDERS:
             raise ConfigError(f"env.order: got {order!r}; allowed: {', '.join(ORDERS)}")
         self.order = order
-        self.max_workers = _int(max_workers, "max_workers", 1, allow_none=True)
+        self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
         if isinstance(token_scale, bool) or not isinstance(token_scale, (int, float)) or not token_scale > 0:
             raise ConfigError(f"env.token_scale: got {token_scale!r}; must be > 0")
         self.token_scale = float(token_scale)
@@ -385,7 +378,7 @@ class DecodeRoutingEnv(gym.Env):
         if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) or not reward_scale > 0:
             raise ConfigError(f"env.reward_scale: got {reward_scale!r}; must be > 0")
         self.reward_scale = float(reward_scale)
-        self.max_steps = _int(max_steps, "max_steps", 1, allow_none=True)
+        self.max_steps = check_int(max_steps, "env.max_steps", 1, allow_none=True)
         self.observation_space, self.action_space = self.router.spaces()
         self.obs_layout = self.router.layout()
         self.sim: Simulator | None = None

@@ -39,12 +39,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
-from pdgym.baselines.batching_study import check_float, check_int
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
 from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import Batch
+from pdgym.envs.sim.validation import check_float, check_int
 
 ENV_ID = "pdgym/PhaseBatching-v0"
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2

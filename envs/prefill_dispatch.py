@@ -63,6 +63,7 @@ from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import PrefillScheduler
+from pdgym.envs.sim.validation import check, check_bool
 
 ENV_ID = "pdgym/PrefillDispatch-v0"
 MODES = ("timing", "allocation")
@@ -70,11 +71,6 @@ N_GLOBAL, N_INST = 12, 6
 CLIP = 5.0
 ENV_ONLY = ("scenario", "overrides", "config", "prefill", "decode", "batching", "throughput_weight",
             "reject_penalty_s", "reward_scale", "max_steps")
-
-
-def _check(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"env.{key}: {msg}")
 
 
 class _Recorder:
@@ -107,12 +103,12 @@ class _Core(PrefillScheduler):
 
     def __init__(self, mode: str = "timing", tick_s: float = 0.02, obs_requests: int = 16, window: int = 32,
                  n_limit: int = 3, overload: str = "reject", cache_aware: bool = False, mask_full: bool = True):
-        _check(mode in MODES, "mode", f"got {mode!r}; allowed: {', '.join(MODES)}")
-        _check(isinstance(tick_s, (int, float)) and tick_s > 0, "tick_s", f"got {tick_s!r}; must be > 0 (seconds)")
-        _check(isinstance(obs_requests, int) and obs_requests >= 1, "obs_requests",
+        check(mode in MODES, "env.mode", f"got {mode!r}; allowed: {', '.join(MODES)}")
+        check(isinstance(tick_s, (int, float)) and tick_s > 0, "env.tick_s", f"got {tick_s!r}; must be > 0 (seconds)")
+        check(isinstance(obs_requests, int) and obs_requests >= 1, "env.obs_requests",
                f"got {obs_requests!r}; must be an integer >= 1")
         for key, v in (("cache_aware", cache_aware), ("mask_full", mask_full)):
-            _check(isinstance(v, bool), key, f"got {v!r}; must be true or false")
+            check_bool(v, f"env.{key}")
         self.mode = mode
         self.tick_s = float(tick_s)
         self.K = obs_requests
@@ -428,13 +424,13 @@ class PrefillDispatchEnv(gym.Env):
                              "batching": batching if batching is not None else sc.policy.get("batching")}
         for k, v in self.policy_specs.items():
             make_policy(k, v)  # fail now on a bad spec
-        _check(isinstance(throughput_weight, (int, float)) and throughput_weight >= 0, "throughput_weight",
+        check(isinstance(throughput_weight, (int, float)) and throughput_weight >= 0, "env.throughput_weight",
                f"got {throughput_weight!r}; must be >= 0")
-        _check(reject_penalty_s is None or reject_penalty_s >= 0, "reject_penalty_s",
+        check(reject_penalty_s is None or reject_penalty_s >= 0, "env.reject_penalty_s",
                f"got {reject_penalty_s!r}; must be >= 0 (or null: 10 x SLO TTFT)")
-        _check(isinstance(reward_scale, (int, float)) and reward_scale > 0, "reward_scale",
+        check(isinstance(reward_scale, (int, float)) and reward_scale > 0, "env.reward_scale",
                f"got {reward_scale!r}; must be > 0")
-        _check(max_steps is None or (isinstance(max_steps, int) and max_steps >= 1), "max_steps",
+        check(max_steps is None or (isinstance(max_steps, int) and max_steps >= 1), "env.max_steps",
                f"got {max_steps!r}; must be an integer >= 1 (or null)")
         self.throughput_weight = float(throughput_weight)
         self.reject_penalty_s = (10.0 * self.sim_config.slo.ttft_s if reject_penalty_s is None

@@ -32,7 +32,7 @@ class Checked(Simulator):
     max_running = None
     max_piece = None
 
-    def _colocated_end(self, inst):
+    def _colocated_end(self, inst, _=None):
         super()._colocated_end(inst)
         for u in self.colocated[inst].units:
             assert u.n_running <= u.slots and u.kv_used <= u.kv_cap

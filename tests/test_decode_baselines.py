@@ -16,6 +16,7 @@ from pdgym.baselines.routers import active_arrays
 from pdgym.envs.sim import ConfigError, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import WorkloadConfig
+from pdgym.envs.sim.events import PassKind
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.002, "b_p": 1e-6, "a_d": 0.004, "b_d": 2e-5, "b_kv": 1e-7}}
 ROUTERS = ["random", "round_robin", "power_of_two", "jsq", "least_kv", "iqr", "br0",
@@ -82,11 +83,11 @@ def test_horizon_router_with_h1_makes_br0s_decisions():
 class CheckedSimulator(Simulator):
     """Checks every worker's slots and KV after each step boundary's admissions and each step."""
 
-    def _decode_start(self, inst):
+    def _decode_start(self, inst, _=None):
         super()._decode_start(inst)
         self._check()
 
-    def _decode_end(self, inst):
+    def _decode_end(self, inst, _=None):
         super()._decode_end(inst)
         self._check()
 
@@ -127,7 +128,7 @@ def steady_imbalance(cfg, spec, seeds=(0, 1)) -> float:
     out = []
     for seed in seeds:
         res = simulate(cfg, {"decode": make_policy("decode", spec)}, seed=seed)
-        dec = res.steps[res.steps.kind == 1]
+        dec = res.steps[res.steps.kind == PassKind.DECODE]
         arr = np.sort(res.requests.arrival.to_numpy())
         w = dec[(dec.t >= arr[len(arr) // 5]) & (dec.t <= arr[-1])]
         out.append(float((w.kv_max - w.kv_min).mean()))

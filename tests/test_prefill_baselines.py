@@ -21,6 +21,7 @@ from pdgym.baselines.sbs import SBS
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.events import PassKind
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "policy" / "prefill"
 PREFILL = ("random", "jsq", "least_tokens", "fixed_batch", "dynamic_batch", "sbs")
@@ -306,7 +307,7 @@ def test_fixed_batching_keeps_a_steadier_cadence_than_dynamic_batching():
         cv, spread = [], []
         for seed in (0, 1):
             res = simulate(scenario(170, 3000), {"prefill": make_policy("prefill", {"name": name})}, seed)
-            dur = res.steps.loc[res.steps.kind == 0, "dur"]
+            dur = res.steps.loc[res.steps.kind == PassKind.PREFILL, "dur"]
             cv.append(dur.std() / dur.mean())
             spread.append(res.requests.ttft.std())
         out[name] = (np.mean(cv), np.mean(spread))

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pdgym.envs.sim import ConfigError, SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.events import PassKind
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.01, "b_p": 2e-5, "a_d": 0.008, "b_d": 5e-5}}
 
@@ -44,14 +45,14 @@ def coloc(**over):
 class CheckedSimulator(Simulator):
     """Asserts capacities after every pass end (the places where state grows)."""
 
-    def _decode_end(self, inst):
+    def _decode_end(self, inst, _=None):
         super()._decode_end(inst)
         for d in self.decode:
             assert (d.batch <= d.batch_limit).all(), "decode batch limit exceeded"
             assert (d.kv <= d.kv_cap).all(), "decode KV capacity exceeded"
             assert (d.batch == [len(a) for a in d.active]).all()
 
-    def _colocated_end(self, inst):
+    def _colocated_end(self, inst, _=None):
         super()._colocated_end(inst)
         for C in self.colocated:
             for u in C.units:
@@ -256,5 +257,5 @@ def test_prefill_work_is_conserved_and_prefix_hits_cut_it():
     assert_accounted(sim)
     req = res.requests
     assert req.cached.sum() > 0.2 * (req.prompt * 0.6).sum(), "repeated prefixes should mostly hit"
-    computed = res.steps.loc[res.steps.kind == 0, "tokens"].sum()
+    computed = res.steps.loc[res.steps.kind == PassKind.PREFILL, "tokens"].sum()
     assert computed == req.prompt.sum() - req.cached.sum()

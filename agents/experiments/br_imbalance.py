@@ -36,6 +36,7 @@ import dataclasses
 from pathlib import Path
 
 import matplotlib
+from pdgym.envs.sim.events import PassKind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -94,7 +95,7 @@ def capacity(sim_cfg, seed: int) -> float:
     f = np.sort(sim.req.finish[sim.req.state == R.FINISHED])
     lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
     st = SimResult(sim).steps
-    st = st[(st.kind == 1) & (st.t >= lo) & (st.t <= hi)]
+    st = st[(st.kind == PassKind.DECODE) & (st.t >= lo) & (st.t <= hi)]
     return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
 
 
@@ -109,7 +110,7 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     sim.run()
     res = SimResult(sim)
     s = res.summary()
-    dec = res.steps[(res.steps.kind == 1) & (res.steps.inst == 0)].reset_index(drop=True)
+    dec = res.steps[(res.steps.kind == PassKind.DECODE) & (res.steps.inst == 0)].reset_index(drop=True)
     kv = np.asarray(rec.kv, dtype=np.float64)
     arr = np.sort(sim.req.arrival)
     lo, hi = arr[int(window_start * (len(arr) - 1))], arr[-1]

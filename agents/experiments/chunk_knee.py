@@ -30,13 +30,14 @@ from pdgym.agents.common import sim_config_from
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
+from pdgym.envs.sim.events import PassKind
 from tqdm import tqdm
 
 
 def decode_stall_s(res) -> float:
     """Seconds of prefill-only iterations during which at least one request was decoding."""
     s = res.steps
-    pre = s[(s.kind == 2) & (s.reqs == 0) & (s.tokens > 0)]
+    pre = s[(s.kind == PassKind.COLOCATED) & (s.reqs == 0) & (s.tokens > 0)]
     r = res.requests
     r = r[(r.output > 1) & r.first_token.notna()]
     starts = np.sort(r.first_token.to_numpy())
@@ -146,7 +147,7 @@ def token_gaps(res) -> np.ndarray:
     one-unit engine: each decode iteration gives each running request a token, so its gap since the
     previous decode iteration counts once per request it served."""
     s = res.steps
-    d = s[(s.kind == 2) & (s.reqs > 0)]
+    d = s[(s.kind == PassKind.COLOCATED) & (s.reqs > 0)]
     ends = (d.t + d.dur).to_numpy()
     return np.repeat(np.diff(ends), d.reqs.to_numpy()[1:].astype(int))
 

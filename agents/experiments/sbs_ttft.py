@@ -37,6 +37,7 @@ from pdgym.agents.common import sim_config_from, to_container
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import simulate
+from pdgym.envs.sim.events import PassKind
 from tqdm import tqdm
 
 METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s", "chunk_util_mean", "rejected",
@@ -56,7 +57,7 @@ def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
         res = simulate(at_rate(sim_cfg, rate, num_requests), {"prefill": pol}, int(seed))
         m = res.summary()
         fin = res.requests[res.requests.status == "finished"]
-        dur = res.steps.loc[res.steps.kind == 0, "dur"]
+        dur = res.steps.loc[res.steps.kind == PassKind.PREFILL, "dur"]
         st = getattr(pol, "stats", {})
         n_rel = max(int(st.get("releases", 0)), 1)
         rows.append({**{k: m[k] for k in METRICS}, "ttft_std": float(fin.ttft.std()),

@@ -131,12 +131,9 @@ def fit(model, data: dict, epochs: int, batch_size: int, lr: float, value_coef: 
     return out
 
 
-def warm_start(model, env_cfg, raw: dict, split: dict, bc, vec_norm, seed: int, progress: bool = False) -> dict:
-    """Collect the teacher's decisions on the training split and clone them into `model`."""
-    from .train import env_factories
-
+def warm_start(model, env_cfg, factory, split: dict, bc, vec_norm, seed: int, progress: bool = False) -> dict:
+    """Collect the teacher's decisions on the training split (envs built by `factory`) and clone them into `model`."""
     t0 = time.perf_counter()
-    factory = env_factories(env_cfg, raw, split, 1, 8)[0]
     data = collect(factory, bc.teacher, env_cfg.point, bc.episodes, bc.max_steps, float(model.gamma),
                    int(split["seed_base"]) + 7919 * (seed + 1), progress)
     if vec_norm is not None:

@@ -343,7 +343,8 @@ def train(data: dict, out: Path) -> dict:
 
     bc_stats = None
     if agent.bc.teacher and resumed is None:
-        bc_stats = imitation.warm_start(model, env, raw, train_split, agent.bc, vec_norm, app.seed,
+        factory = env_factories(env, raw, train_split, 1, 8)[0]
+        bc_stats = imitation.warm_start(model, env, factory, train_split, agent.bc, vec_norm, app.seed,
                                         progress=app.progress)
         write_json(out / "bc.json", bc_stats)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .cluster import Simulator
 from .config import ConfigError, SimConfig, sim_config
+from .events import EventKind, PassKind
 from .metrics import SUMMARY_KEYS, SimResult
 from .policy import Batch, BatchingPolicy, DecodeRouter, PrefillScheduler
 
@@ -31,6 +32,8 @@ __all__ = [
     "BatchingPolicy",
     "ConfigError",
     "DecodeRouter",
+    "EventKind",
+    "PassKind",
     "PrefillScheduler",
     "SimConfig",
     "SimResult",

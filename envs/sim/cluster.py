@@ -19,6 +19,7 @@ import numpy as np
 from . import requests as R
 from .config import ConfigError, SimConfig, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_time
+from .events import EventKind, PassKind
 from .hardware import load_hardware
 from .instances import ColocatedInstance, DecodeInstance, PrefillInstance
 from .models import load_model
@@ -34,10 +35,13 @@ from .policy import (
 from .requests import RequestTable
 from .workload import make_workload
 
-# Event kinds, in rough order of frequency (the dispatch chain tests them in this order).
-DEC_END, DEC_START, PF_END, DEV_ARRIVE, KV_READY, CO_START, CO_END, TIMER, ARRIVE, FAULT, PF_START = range(11)
-# Kinds of pass in the step table (columns: metrics.STEP_COLUMNS).
-PASS_PREFILL, PASS_DECODE, PASS_COLOCATED = 0, 1, 2
+# Heap entries and step rows hold plain ints (EventKind / PassKind values): cheap in the hot loop.
+DEC_END, DEC_START, PF_END, DEV_ARRIVE, KV_READY = (int(k) for k in (
+    EventKind.DECODE_END, EventKind.DECODE_START, EventKind.PREFILL_END, EventKind.DEVICE_ARRIVE, EventKind.KV_READY))
+CO_START, CO_END, TIMER, ARRIVE, FAULT, PF_START = (int(k) for k in (
+    EventKind.COLOCATED_START, EventKind.COLOCATED_END, EventKind.TIMER, EventKind.ARRIVE, EventKind.FAULT,
+    EventKind.PREFILL_START))
+PASS_PREFILL, PASS_DECODE, PASS_COLOCATED = int(PassKind.PREFILL), int(PassKind.DECODE), int(PassKind.COLOCATED)
 
 POLICY_KINDS = {"prefill": PrefillScheduler, "decode": DecodeRouter, "batching": BatchingPolicy}
 
@@ -102,6 +106,14 @@ class Simulator:
         self._wall = 0.0
         self._started = False
         self._healthy: list[int] | None = None
+        handlers = {
+            EventKind.DECODE_END: self._decode_end, EventKind.DECODE_START: self._decode_start,
+            EventKind.PREFILL_END: self._prefill_end, EventKind.DEVICE_ARRIVE: self._device_arrive,
+            EventKind.KV_READY: self._kv_ready, EventKind.COLOCATED_START: self._colocated_start,
+            EventKind.COLOCATED_END: self._colocated_end, EventKind.TIMER: self._timer,
+            EventKind.ARRIVE: self._arrive, EventKind.FAULT: self._fault, EventKind.PREFILL_START: self._prefill_kick,
+        }
+        self._handlers = [handlers[k] for k in EventKind]  # indexed by the int kind of a heap entry
 
     # ------------------------------------------------------------------ construction
     def _build_disaggregated(self) -> None:
@@ -325,6 +337,7 @@ class Simulator:
         horizon = self.cfg.max_sim_time_s
         stop = min(until, horizon)
         pop = heapq.heappop
+        handlers = self._handlers
         n_events = 0
         try:
             while not self.paused:
@@ -347,28 +360,7 @@ class Simulator:
                 t, _, kind, a, b = pop(heap)
                 self.now = t
                 n_events += 1
-                if kind == DEC_END:
-                    self._decode_end(a)
-                elif kind == DEC_START:
-                    self._decode_start(a)
-                elif kind == PF_END:
-                    self._prefill_end(a, b)
-                elif kind == DEV_ARRIVE:
-                    self._device_arrive(a, b)
-                elif kind == KV_READY:
-                    self._kv_ready(a)
-                elif kind == CO_START:
-                    self._colocated_start(a)
-                elif kind == CO_END:
-                    self._colocated_end(a)
-                elif kind == TIMER:
-                    self._timer(a, b)
-                elif kind == ARRIVE:
-                    self._arrive(a)
-                elif kind == PF_START:
-                    self._prefill_kick(a)
-                else:
-                    self._fault(a, b)
+                handlers[kind](a, b)
             if not self.paused and stop == horizon and horizon < until:
                 self.now = horizon
                 self._finish_run(reason="horizon")
@@ -395,7 +387,7 @@ class Simulator:
         self.finished_run = True
 
     # ------------------------------------------------------------------ arrivals and resolution
-    def _arrive(self, rid: int) -> None:
+    def _arrive(self, rid: int, _: Any = None) -> None:
         req = self.req
         req.arrival[rid] = self.now
         self._buffer(rid)
@@ -485,7 +477,7 @@ class Simulator:
             # Start after every arrival of this instant is queued: a batch sent at once runs as one pass.
             self._schedule_start(PF_START, inst)
 
-    def _prefill_kick(self, inst: int) -> None:
+    def _prefill_kick(self, inst: int, _: Any = None) -> None:
         self._start_pending.discard((PF_START, inst))
         P = self.prefill[inst]
         if P.up and not P.busy and P.queued_tokens.any():
@@ -578,14 +570,14 @@ class Simulator:
         self._push(self.now + self._transfer(int(req.prompt[rid] + req.done[rid])), KV_READY, rid)
 
     # ------------------------------------------------------------------ decode instances
-    def _kv_ready(self, rid: int) -> None:
+    def _kv_ready(self, rid: int, _: Any = None) -> None:
         self.req.state[rid] = R.POOL
         self.pool[rid] = None
         for d in self.decode:
             if not d.busy:
                 self._schedule_start(DEC_START, d.idx)
 
-    def _decode_start(self, inst: int) -> None:
+    def _decode_start(self, inst: int, _: Any = None) -> None:
         self._start_pending.discard((DEC_START, inst))
         d = self.decode[inst]
         if d.busy:
@@ -636,7 +628,7 @@ class Simulator:
                 req.cached[rid] = 0
                 self._buffer(rid)
 
-    def _decode_end(self, inst: int) -> None:
+    def _decode_end(self, inst: int, _: Any = None) -> None:
         d = self.decode[inst]
         d.busy = False
         d.steps += 1
@@ -675,7 +667,7 @@ class Simulator:
         if not self.colocated[inst].busy:
             self._schedule_start(CO_START, inst)
 
-    def _colocated_start(self, inst: int) -> None:
+    def _colocated_start(self, inst: int, _: Any = None) -> None:
         self._start_pending.discard((CO_START, inst))
         C = self.colocated[inst]
         if C.busy:
@@ -780,7 +772,7 @@ class Simulator:
                 req.dev_arrive[rid] = self.now
                 u.waiting.appendleft(rid)
 
-    def _colocated_end(self, inst: int) -> None:
+    def _colocated_end(self, inst: int, _: Any = None) -> None:
         C = self.colocated[inst]
         C.busy = False
         C.n_iters += 1

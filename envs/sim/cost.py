@@ -19,14 +19,16 @@ import math
 import numbers
 import os
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from scipy.optimize import nnls
 
-from .config import ConfigError, CostConfig, InstanceConfig, check, check_choice
+from .config import CostConfig, InstanceConfig
 from .hardware import HardwareProfile
 from .models import ModelProfile
+from .registry import Registry
+from .validation import ConfigError, check, check_choice, check_params
 
 Q_TILE = 128  # query rows per attention tile: a prefill chunk re-reads its KV context once per tile
 ACT_BYTES = 8  # residual-stream traffic per token, layer and hidden element: 2 reads + 2 writes in BF16
@@ -269,40 +271,49 @@ class TableCost(CostModel):
 
 
 # --------------------------------------------------------------------------- builders
+COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost.kind")
+
+
 def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
                      inst: InstanceConfig) -> CostModel:
     """The cost model `cfg.kind` for one instance shape; bad params fail naming cost.params.X."""
-    cfg.validate()
-    params = dict(cfg.params or {})
-    if cfg.kind == "roofline":
-        _check_params(params, (), "roofline")
-        return RooflineCost(hw, model, inst)
-    if cfg.kind == "linear":
-        _check_params(params, LinearCost.KEYS + ("mean_prompt", "mean_ctx"), "linear")
-        coef = {k: _nonneg(params, k) for k in params}
-        means = coef.pop("mean_prompt", DEFAULT_MEAN_PROMPT), coef.pop("mean_ctx", DEFAULT_MEAN_CTX)
-        for k, v in zip(("mean_prompt", "mean_ctx"), means):
-            check(v > 0, f"cost.params.{k}", f"got {v}; must be > 0")
-        missing = [k for k in LinearCost.KEYS if k not in coef and k != "b_kv"]
-        if missing:  # fill what was not given from the roofline of this hardware, model and shape
-            fit = linear_coefficients(RooflineCost(hw, model, inst), *means)
-            coef.update({k: fit[k] for k in missing})
-        return LinearCost(inst.dp, coef)
-    if cfg.kind == "piecewise_linear":
-        _check_params(params, ("c", "a", "b0"), "piecewise_linear")
-        for k in ("c", "a"):
-            check(k in params, f"cost.params.{k}", "required for kind=piecewise_linear (c + a * max(0, b - b0))")
-        return PiecewiseLinearCost(inst.dp, _nonneg(params, "c"), _nonneg(params, "a"),
-                                   _nonneg(params, "b0") if "b0" in params else 0.0)
-    _check_params(params, ("path",), "table")
+    return COST_MODELS[cfg.kind](dict(cfg.params or {}), hw, model, inst)
+
+
+@COST_MODELS.register("roofline")
+def _roofline(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
+    check_params(params, (), "cost.params", "kind=roofline")
+    return RooflineCost(hw, model, inst)
+
+
+@COST_MODELS.register("linear")
+def _linear(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
+    check_params(params, LinearCost.KEYS + ("mean_prompt", "mean_ctx"), "cost.params", "kind=linear")
+    coef = {k: _nonneg(params, k) for k in params}
+    means = coef.pop("mean_prompt", DEFAULT_MEAN_PROMPT), coef.pop("mean_ctx", DEFAULT_MEAN_CTX)
+    for k, v in zip(("mean_prompt", "mean_ctx"), means):
+        check(v > 0, f"cost.params.{k}", f"got {v}; must be > 0")
+    missing = [k for k in LinearCost.KEYS if k not in coef and k != "b_kv"]
+    if missing:  # fill what was not given from the roofline of this hardware, model and shape
+        fit = linear_coefficients(RooflineCost(hw, model, inst), *means)
+        coef.update({k: fit[k] for k in missing})
+    return LinearCost(inst.dp, coef)
+
+
+@COST_MODELS.register("piecewise_linear")
+def _piecewise_linear(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
+    check_params(params, ("c", "a", "b0"), "cost.params", "kind=piecewise_linear")
+    for k in ("c", "a"):
+        check(k in params, f"cost.params.{k}", "required for kind=piecewise_linear (c + a * max(0, b - b0))")
+    return PiecewiseLinearCost(inst.dp, _nonneg(params, "c"), _nonneg(params, "a"),
+                               _nonneg(params, "b0") if "b0" in params else 0.0)
+
+
+@COST_MODELS.register("table")
+def _table(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
+    check_params(params, ("path",), "cost.params", "kind=table")
     check(isinstance(params.get("path"), str), "cost.params.path", "required for kind=table (a CSV path)")
     return TableCost(inst.dp, params["path"])
-
-
-def _check_params(params: Mapping, allowed: tuple[str, ...], kind: str) -> None:
-    for k in params:
-        check(k in allowed, f"cost.params.{k}",
-              f"unknown for kind={kind}; allowed: {', '.join(allowed) or 'none'}")
 
 
 def _nonneg(params: Mapping, k: str) -> float:

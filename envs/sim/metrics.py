@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import requests as R
+from .events import PassKind
 
 STEP_COLUMNS = ("t", "dur", "kind", "inst", "tokens", "reqs", "kv_max", "kv_min", "idle_frac", "util")
 SUMMARY_KEYS = (
@@ -104,10 +105,10 @@ class SimResult:
         tpot = fin.tpot.dropna().to_numpy()
         good = (fin.ttft <= self.slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= self.slo.tpot_s))
         s = self.steps
-        dec = s[s.kind == 1]
+        dec = s[s.kind == PassKind.DECODE]
         if not len(dec):
-            dec = s[s.kind == 2]
-        pre = s[(s.kind != 1) & (s.util > 0)]  # prefill and colocated passes with prefill work
+            dec = s[s.kind == PassKind.COLOCATED]
+        pre = s[(s.kind != PassKind.DECODE) & (s.util > 0)]  # prefill and colocated passes with prefill work
         dur = s.dur.to_numpy()
         out = {
             "ttft_mean": _mean(ttft),

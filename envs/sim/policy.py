@@ -1,6 +1,6 @@
 """The three decision points of a cluster and the engine's own default behaviour at each.
 
-A policy receives the running `Simulator` as its state view (read its attributes, never
+A policy receives a `SimView` (view.py) as its state view (read its attributes, never
 assign them) and acts only through the simulator's action methods: `dispatch`, `reject`,
 `set_timer`, `admit`, `pause`. The defaults below are what an engine does with no
 scheduler in front of it, so a run works end to end before any baseline is chosen;
@@ -15,12 +15,10 @@ run resumes, so the agent's actions take effect before the engine moves on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .cluster import Simulator
+from .view import SimView
 
 
 class PrefillScheduler:
@@ -31,19 +29,19 @@ class PrefillScheduler:
 
     name = "base"
 
-    def reset(self, sim: Simulator) -> None:
+    def reset(self, sim: SimView) -> None:
         """Called once before the run starts."""
 
-    def on_arrival(self, sim: Simulator, rid: int) -> None:
+    def on_arrival(self, sim: SimView, rid: int) -> None:
         """A request entered the buffer (a new arrival or one bounced back by a failed instance)."""
 
-    def on_end_forward(self, sim: Simulator, inst: int, fwd_time: float) -> None:
+    def on_end_forward(self, sim: SimView, inst: int, fwd_time: float) -> None:
         """Prefill instance `inst` reported the end of a forward pass of `fwd_time` seconds."""
 
-    def on_timer(self, sim: Simulator, tag: object) -> None:
+    def on_timer(self, sim: SimView, tag: object) -> None:
         """A timer this policy set with `sim.set_timer(t, "prefill", tag)` fired."""
 
-    def on_topology_change(self, sim: Simulator) -> None:
+    def on_topology_change(self, sim: SimView) -> None:
         """`sim.prefill_healthy` changed (failure detected, instance back, scale event)."""
 
 
@@ -52,13 +50,13 @@ class DecodeRouter:
 
     name = "base"
 
-    def reset(self, sim: Simulator) -> None:
+    def reset(self, sim: SimView) -> None:
         """Called once before the run starts."""
 
-    def route(self, sim: Simulator, inst: int) -> None:
+    def route(self, sim: SimView, inst: int) -> None:
         """Admit requests from `sim.pool` to workers of decode instance `inst` with `sim.admit`."""
 
-    def on_timer(self, sim: Simulator, tag: object) -> None:
+    def on_timer(self, sim: SimView, tag: object) -> None:
         """A timer this policy set with `sim.set_timer(t, "decode", tag)` fired."""
 
 
@@ -82,14 +80,14 @@ class BatchingPolicy:
 
     name = "base"
 
-    def reset(self, sim: Simulator) -> None:
+    def reset(self, sim: SimView) -> None:
         """Called once before the run starts."""
 
-    def next_batch(self, sim: Simulator, inst: int, unit: int) -> Batch | None:
+    def next_batch(self, sim: SimView, inst: int, unit: int) -> Batch | None:
         """Return the next batch of unit `unit` of colocated instance `inst`, or None to idle."""
         return None
 
-    def on_timer(self, sim: Simulator, tag: object) -> None:
+    def on_timer(self, sim: SimView, tag: object) -> None:
         """A timer this policy set with `sim.set_timer(t, "batching", tag)` fired."""
 
 
@@ -99,10 +97,10 @@ class RoundRobinDispatch(PrefillScheduler):
 
     name = "round_robin"
 
-    def reset(self, sim: Simulator) -> None:
+    def reset(self, sim: SimView) -> None:
         self._next = 0
 
-    def on_arrival(self, sim: Simulator, rid: int) -> None:
+    def on_arrival(self, sim: SimView, rid: int) -> None:
         healthy = sim.healthy_prefill()
         if not healthy:
             return  # held in the buffer until an instance is back (on_topology_change)
@@ -110,7 +108,7 @@ class RoundRobinDispatch(PrefillScheduler):
         self._next += 1
         sim.dispatch(rid, inst)
 
-    def on_topology_change(self, sim: Simulator) -> None:
+    def on_topology_change(self, sim: SimView) -> None:
         for rid in list(sim.buffer):
             self.on_arrival(sim, rid)
 
@@ -120,7 +118,7 @@ class LeastLoadedAdmission(DecodeRouter):
 
     name = "least_loaded"
 
-    def route(self, sim: Simulator, inst: int) -> None:
+    def route(self, sim: SimView, inst: int) -> None:
         d = sim.decode[inst]
         for rid in list(sim.pool):
             load = sim.req.load(rid)
@@ -141,7 +139,7 @@ class MixedBatching(BatchingPolicy):
 
     name = "mixed"
 
-    def next_batch(self, sim: Simulator, inst: int, unit: int) -> Batch | None:
+    def next_batch(self, sim: SimView, inst: int, unit: int) -> Batch | None:
         u = sim.colocated[inst].units[unit]
         n_dec = u.n_decoding
         budget = u.chunk_tokens - n_dec

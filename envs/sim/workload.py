@@ -66,18 +66,15 @@ import math
 import os
 import pathlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 import pandas as pd
-from pdgym.envs.sim.config import (
-    ConfigError,
-    LengthConfig,
-    WorkloadConfig,
-    check,
-    check_positive,
-)
+from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
+from pdgym.envs.sim.registry import Registry
+from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_positive
 
 __all__ = [
     "SHIPPED_TRACES",
@@ -359,7 +356,32 @@ def _steps_schedule(cfg: WorkloadConfig, key: str) -> tuple[np.ndarray, np.ndarr
     return np.asarray(ts), np.asarray(rs)
 
 
-def _arrivals_steps(n: int, T: np.ndarray, R: np.ndarray, t0: float, rng: np.random.Generator) -> np.ndarray:
+ARRIVALS: Registry[Callable[..., np.ndarray]] = Registry("workload.arrival")
+"""Open-loop arrival processes: fn(n, rate, t0, cfg, rng) -> n absolute times after t0 (`rate` checked > 0)."""
+LOOP_MODES = ("closed", "trace")  # the other values of workload.arrival, handled by make_workload itself
+
+
+@ARRIVALS.register("poisson")
+def _arrivals_poisson(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    return t0 + np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+@ARRIVALS.register("deterministic")
+def _arrivals_deterministic(n: int, rate: float, t0: float, cfg: WorkloadConfig,
+                            rng: np.random.Generator) -> np.ndarray:
+    return t0 + np.arange(1, n + 1, dtype=np.float64) / rate
+
+
+@ARRIVALS.register("gamma")
+def _arrivals_gamma(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    cv2 = float(cfg.cv) ** 2
+    return t0 + np.cumsum(rng.gamma(1.0 / cv2, cv2 / rate, size=n))
+
+
+@ARRIVALS.register("steps")
+def _arrivals_steps(n: int, rate: float | None, t0: float, cfg: WorkloadConfig,
+                    rng: np.random.Generator) -> np.ndarray:
+    T, R = _steps_schedule(cfg, "workload")
     L = np.concatenate([[0.0], np.cumsum(R[:-1] * np.diff(T))])  # cumulative intensity at T
     k0 = int(np.searchsorted(T, t0, side="right") - 1)
     s = L[k0] + R[k0] * (t0 - T[k0]) + np.cumsum(rng.exponential(1.0, size=n))
@@ -367,8 +389,9 @@ def _arrivals_steps(n: int, T: np.ndarray, R: np.ndarray, t0: float, rng: np.ran
     return T[k] + (s - L[k]) / R[k]
 
 
-def _arrivals_onoff(n: int, rate: float, on_s: float, off_s: float, t0: float,
-                    rng: np.random.Generator) -> np.ndarray:
+@ARRIVALS.register("onoff")
+def _arrivals_onoff(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    on_s, off_s = float(cfg.on_s), float(cfg.off_s)
     r_on = rate * (on_s + off_s) / on_s
     u = np.cumsum(rng.exponential(1.0 / r_on, size=n))  # times on the "on" clock
     m = int(u[-1] / on_s * 1.25) + 16
@@ -382,8 +405,10 @@ def _arrivals_onoff(n: int, rate: float, on_s: float, off_s: float, t0: float,
     return t0 + u + off_before
 
 
-def _arrivals_diurnal(n: int, rate: float, amp: float, period: float, t0: float,
-                      rng: np.random.Generator) -> np.ndarray:
+@ARRIVALS.register("diurnal")
+def _arrivals_diurnal(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    check_positive(cfg.period_s, "workload.period_s")
+    amp, period = float(cfg.amplitude), float(cfg.period_s)
     lam_max = rate * (1.0 + amp)
     out, need, t = [], n, t0
     while need > 0:
@@ -398,27 +423,14 @@ def _arrivals_diurnal(n: int, rate: float, amp: float, period: float, t0: float,
 
 
 def _arrivals(kind: str, n: int, rate: float | None, t0: float, cfg: WorkloadConfig, rate_key: str,
-              rng: np.random.Generator, steps: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+              rng: np.random.Generator) -> np.ndarray:
     """`n` absolute arrival times of the open-loop process `kind`, continuing after time `t0`."""
-    if kind == "steps":
-        assert steps is not None
-        return _arrivals_steps(n, steps[0], steps[1], t0, rng)
-    check(rate is not None, rate_key, f"arrival={kind} needs rate > 0 (rate: null only replays a trace's times)")
-    check_positive(rate, rate_key)
-    rate = float(rate)
-    if kind == "poisson":
-        return t0 + np.cumsum(rng.exponential(1.0 / rate, size=n))
-    if kind == "deterministic":
-        return t0 + np.arange(1, n + 1, dtype=np.float64) / rate
-    if kind == "gamma":
-        cv2 = float(cfg.cv) ** 2
-        return t0 + np.cumsum(rng.gamma(1.0 / cv2, cv2 / rate, size=n))
-    if kind == "onoff":
-        return _arrivals_onoff(n, rate, float(cfg.on_s), float(cfg.off_s), t0, rng)
-    if kind == "diurnal":
-        check_positive(cfg.period_s, "workload.period_s")
-        return _arrivals_diurnal(n, rate, float(cfg.amplitude), float(cfg.period_s), t0, rng)
-    raise ConfigError(f"workload.arrival: got {kind!r}; allowed: {', '.join(WorkloadConfig.ARRIVALS)}")
+    process = ARRIVALS[kind]
+    if kind != "steps":  # the steps schedule sets its own rates
+        check(rate is not None, rate_key, f"arrival={kind} needs rate > 0 (rate: null only replays a trace's times)")
+        check_positive(rate, rate_key)
+        rate = float(rate)
+    return process(n, rate, t0, cfg, rng)
 
 
 # --------------------------------------------------------------------------- prefixes
@@ -445,6 +457,7 @@ def _prefixes(cfg: WorkloadConfig, prompt: np.ndarray, rng: np.random.Generator)
 def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     """Build the requests of one run from `cfg`, drawing every random number from `rng`."""
     rng = np.random.default_rng(rng)  # a Generator passes through unchanged
+    check_choice(cfg.arrival, "workload.arrival", ARRIVALS.names() + LOOP_MODES)
     cfg.validate("workload")
     if cfg.arrival == "trace":
         check(cfg.trace is not None, "workload.trace",
@@ -457,7 +470,8 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
 
     closed = cfg.arrival == "closed"
     phases = list(cfg.phases or [])
-    steps = _steps_schedule(cfg, "workload") if cfg.arrival == "steps" else None
+    if cfg.arrival == "steps":
+        _steps_schedule(cfg, "workload")  # a bad schedule fails before any sampling
     if phases:
         segs = []
         for i, ph in enumerate(phases):
@@ -484,7 +498,7 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
             concs.append(np.full(n, conc, dtype=np.int64))
         else:
             rate_key = f"{pk}.rate" if pk != "workload" and rate is not None else "workload.rate"
-            a = _arrivals(cfg.arrival, n, rate, t0, cfg, rate_key, rng, steps)
+            a = _arrivals(cfg.arrival, n, rate, t0, cfg, rate_key, rng)
             arrivals.append(a)
             t0 = float(a[-1])
     prompt = np.concatenate(prompts)
@@ -529,8 +543,7 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
         elif cfg.time_scale is not None:
             warnings.warn(f"workload.time_scale: unused with arrival={kind} (it only scales a trace's own times)",
                           WorkloadWarning, stacklevel=3)
-        steps = _steps_schedule(cfg, "workload") if kind == "steps" else None
-        arrival = _arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng, steps)
+        arrival = _arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng)
     key, plen = _prefixes(cfg, prompt, rng)
     return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
                     concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,

@@ -1,0 +1,71 @@
+"""The one family of input checks used by the config, the cost models, the baselines and the envs.
+
+Every bad value fails with a one-line `ConfigError` that names the full key and what is
+allowed (`policy.decode.window: got 0; must be an integer >= 1`); the apps print that
+line and exit 2. Each helper returns the checked value in its canonical type.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is one line: `key: problem (allowed ...)`."""
+
+
+def check(cond: bool, key: str, msg: str) -> None:
+    """Raise `key: msg` unless `cond` holds."""
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def is_num(x: Any) -> bool:
+    """A real number (not a bool, not NaN): what every numeric parameter must be."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isnan(x)
+
+
+def check_choice(value: Any, key: str, allowed: list[str] | tuple[str, ...]) -> None:
+    check(value in allowed, key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
+
+
+def check_positive(value: float, key: str, allow_zero: bool = False) -> None:
+    ok = value is not None and not (isinstance(value, float) and math.isnan(value))
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    check(ok, key, f"got {value!r}; must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def check_int(value: Any, key: str, lo: int = 1, allow_none: bool = False) -> int | None:
+    """An integer >= lo (or None when allowed)."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo
+    check(ok, key, f"got {value!r}; must be an integer >= {lo}" + (" or null" if allow_none else ""))
+    return int(value)
+
+
+def check_float(value: Any, key: str, lo: float = 0.0, hi: float = math.inf, lo_open: bool = False,
+                hi_open: bool = False) -> float:
+    """A number in [lo, hi] (open ends when asked)."""
+    ok = is_num(value)
+    if ok:
+        v = float(value)
+        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
+    check(ok, key, f"got {value!r}; allowed {lb}{lo}, {hi}{rb}")
+    return float(value)
+
+
+def check_bool(value: Any, key: str) -> bool:
+    check(isinstance(value, bool), key, f"got {value!r}; must be true or false")
+    return value
+
+
+def check_params(params: Any, allowed: tuple[str, ...], key: str, owner: str) -> None:
+    """Every key of the mapping `params` is one of `allowed` (`key.NAME: unknown for OWNER; allowed: ...`)."""
+    for k in params:
+        check(k in allowed, f"{key}.{k}", f"unknown for {owner}; allowed: {', '.join(allowed) or 'none'}")

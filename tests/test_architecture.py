@@ -1,0 +1,141 @@
+"""The import graph of the package: no cycles between modules, and the simulator stays a leaf layer.
+
+The graph is read from the source (an AST walk, nothing imported): a node per module of
+pdgym.envs / pdgym.baselines / pdgym.agents, an edge per import statement anywhere in
+the file (TYPE_CHECKING blocks and function bodies included: a cycle hidden there is
+still a cycle in the design). `from pkg import name` points at pkg.name when that is a
+module, else at pkg itself. The detector is tested on small synthetic graphs first.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"pdgym.envs": ROOT / "envs", "pdgym.baselines": ROOT / "baselines", "pdgym.agents": ROOT / "agents"}
+SIM = "pdgym.envs.sim"
+# What the simulator may not import: the layers above it and the RL stack.
+SIM_FORBIDDEN = ("pdgym.envs", "pdgym.baselines", "pdgym.agents", "gymnasium", "stable_baselines3", "sb3_contrib",
+                 "torch")
+
+
+def module_files() -> dict[str, Path]:
+    out = {}
+    for pkg, root in PACKAGES.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Every module `name` imports (targets outside the package kept by their dotted name)."""
+    is_pkg = path.name == "__init__.py"
+    here = name if is_pkg else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                base = f"{pkg}.{base}" if base else pkg
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in modules else base)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    mods = set(files)
+    return {m: imports_of(m, p, mods) for m, p in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle (a list of nodes, first == last) of the directed graph, or None (iterative DFS)."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        stack = [(root, iter(sorted(graph.get(root, ()))))]
+        path = [root]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif nxt not in graph or state.get(nxt) == 2:
+                continue
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            else:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+    return None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) pairs where a simulator module imports something above it."""
+    bad = []
+    for mod, deps in graph.items():
+        if mod != SIM and not mod.startswith(SIM + "."):
+            continue
+        for dep in deps:
+            inside = dep == SIM or dep.startswith(SIM + ".")
+            if not inside and any(dep == f or dep.startswith(f + ".") for f in SIM_FORBIDDEN):
+                bad.append((mod, dep))
+    return sorted(bad)
+
+
+# --------------------------------------------------------------------------- the detectors themselves
+def test_cycle_detector_finds_cycles_and_accepts_dags():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": {"x.outside"}}) is None  # diamond + external edge
+    cyc = find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert cyc is not None and cyc[0] == cyc[-1] and set(cyc) == {"a", "b", "c"}
+    assert find_cycle({"a": {"a2"}, "a2": {"a"}}) == ["a", "a2", "a"]
+
+
+def test_layer_rule_flags_simulator_importing_upwards():
+    g = {f"{SIM}.engine": {f"{SIM}.config", "numpy"}, f"{SIM}.bad": {"pdgym.envs.decode_routing", "gymnasium.spaces"},
+         "pdgym.envs.decode_routing": {SIM, "gymnasium"}}
+    assert layer_violations(g) == [(f"{SIM}.bad", "gymnasium.spaces"), (f"{SIM}.bad", "pdgym.envs.decode_routing")]
+
+
+def test_import_resolution_handles_relative_and_submodule_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from . import requests as R\nfrom .config import X\nfrom ..scenario import y\n"
+                 "import numpy\nif False:\n    from pdgym.baselines.registry import z\n")
+    mods = {f"{SIM}.requests", f"{SIM}.config", "pdgym.envs.scenario"}
+    got = imports_of(f"{SIM}.m", f, mods)
+    assert got == {f"{SIM}.requests", f"{SIM}.config", "pdgym.envs.scenario", "numpy", "pdgym.baselines.registry"}
+
+
+# --------------------------------------------------------------------------- the package
+@pytest.fixture(scope="module")
+def graph():
+    g = import_graph()
+    assert f"{SIM}.config" in g and "pdgym.baselines.registry" in g  # the walk found the package
+    return g
+
+
+def test_no_import_cycles(graph):
+    internal = {m: {d for d in deps if d in graph} for m, deps in graph.items()}
+    cyc = find_cycle(internal)
+    assert cyc is None, "import cycle: " + " -> ".join(cyc)
+
+
+def test_simulator_imports_no_env_baseline_agent_or_rl_code(graph):
+    assert layer_violations(graph) == []
