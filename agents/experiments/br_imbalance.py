@@ -31,100 +31,25 @@ over a window of steps for each router), imbalance_vs_n_<wl>.png, throughput_<wl
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from pathlib import Path
 
 import matplotlib
-from pdgym.envs.sim.events import PassKind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
-from pdgym.agents.common import sim_config_from
-from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import ORDERS
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import SimResult, Simulator
-from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.workload import load_trace
 from tqdm import tqdm
 
-
-# --------------------------------------------------------------------------- measurement
-class KVRecorder:
-    """Wraps a decode instance's cost model to keep the worker-KV vector of every executed step."""
-
-    def __init__(self, cost):
-        self.cost = cost
-        self.kv: list[np.ndarray] = []
-
-    def pass_time(self, p, a, batch, kv):
-        self.kv.append(kv.copy())
-        return self.cost.pass_time(p, a, batch, kv)
-
-    @property
-    def last_idle_frac(self):
-        return self.cost.last_idle_frac
+from .harness import Experiment, experiment
+from .measure import capacity, plot_traces, run_router, tier
 
 
-def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
-         num_requests: int | None = None):
-    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count."""
-    cl, wl = sim_cfg.cluster, sim_cfg.workload
-    if n is not None:
-        cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, ep=n * cl.decode.tp))
-    if rate is not None:
-        wl = dataclasses.replace(wl, rate=float(rate))
-    if num_requests is not None:
-        wl = dataclasses.replace(wl, num_requests=int(num_requests))
-    out = dataclasses.replace(sim_cfg, cluster=cl, workload=wl)
-    return dataclasses.replace(out, oracle=oracle) if oracle is not None else out
-
-
-def capacity(sim_cfg, seed: int) -> float:
-    """Requests per second the least-KV router sustains: decode output tokens per second while the whole
-    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times),
-    over the mean output length."""
-    burst = dataclasses.replace(sim_cfg, workload=dataclasses.replace(
-        sim_cfg.workload, arrival="poisson", rate=1e6, time_scale=None))
-    sim = Simulator(burst, {"decode": make_policy("decode", "least_kv")}, seed)
-    sim.run()
-    f = np.sort(sim.req.finish[sim.req.state == R.FINISHED])
-    lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
-    st = SimResult(sim).steps
-    st = st[(st.kind == PassKind.DECODE) & (st.t >= lo) & (st.t <= hi)]
-    return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
-
-
-def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
-    """One run; figures over the loaded window (module doc). `trace_steps` steps of per-worker KV from the
-    arrival of the `trace_at` quantile request are returned under "kept"."""
-    needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
-    cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
-    sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
-    rec = KVRecorder(sim.decode[0].cost)
-    sim.decode[0].cost = rec
-    sim.run()
-    res = SimResult(sim)
-    s = res.summary()
-    dec = res.steps[(res.steps.kind == PassKind.DECODE) & (res.steps.inst == 0)].reset_index(drop=True)
-    kv = np.asarray(rec.kv, dtype=np.float64)
-    arr = np.sort(sim.req.arrival)
-    lo, hi = arr[int(window_start * (len(arr) - 1))], arr[-1]
-    w = ((dec.t >= lo) & (dec.t <= hi)).to_numpy()
-    win = dec[w]
-    first = int(np.searchsorted(dec.t.to_numpy(), arr[int(trace_at * (len(arr) - 1))]))
-    return {"imbalance": float((win.kv_max - win.kv_min).mean()), "tput": float(win.reqs.sum() / win.dur.sum()),
-            "kv_std": float(kv[w].std(axis=1).mean()), "kv_max": float(win.kv_max.mean()),
-            "step_ms": 1e3 * float(win.dur.mean()), "batch_mean": float(win.reqs.mean() / kv.shape[1]),
-            "window_steps": int(w.sum()), "imbalance_all": s["imbalance_mean"], "tput_all": s["throughput_tok_s"],
-            "tpot_p95": s["tpot_p95"], "ttft_mean": s["ttft_mean"], "finished": s["finished"],
-            "rejected": s["rejected"], "kept": kv[first:first + trace_steps]}
-
-
+# --------------------------------------------------------------------------- routers
 def label(spec) -> str:
     if isinstance(spec, str):
         return spec
@@ -145,7 +70,7 @@ def routers(p) -> list:
 
 
 # --------------------------------------------------------------------------- one workload
-def compare(base, p, seed: int, tag: str, out: Path, per_worker: int = 0) -> tuple[pd.DataFrame, dict]:
+def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) -> tuple[pd.DataFrame, dict]:
     """Every router on every N for one workload; returns the table and the summary fields.
     `per_worker` > 0: replay max(base requests, per_worker x N) requests, the same count per worker."""
     rows, traces = [], {}
@@ -166,9 +91,9 @@ def compare(base, p, seed: int, tag: str, out: Path, per_worker: int = 0) -> tup
                          "capacity_rps": cap, "capacity_per_worker": cap / int(n), **r})
     table = pd.DataFrame(rows)
     fields = summarise(table, p)
-    plot_traces(traces, out / f"kv_traces_{tag}.png", f"{tag}, N = {p.trace_n}")
-    plot_groups(table, "imbalance", "mean KV imbalance, max - min (tokens)", out / f"imbalance_vs_n_{tag}.png")
-    plot_groups(table, "tput", "decode throughput", out / f"throughput_{tag}.png",
+    plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
+    plot_groups(table, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
+    plot_groups(table, "tput", "decode throughput", exp.figure(f"throughput_{tag}.png"),
                 relative=True)
     return table, fields
 
@@ -197,33 +122,6 @@ def summarise(table: pd.DataFrame, p) -> dict:
 
 
 # --------------------------------------------------------------------------- figures
-def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
-    """Per-worker KV over a window of steps, one panel per router: a line per worker and the +-1 sigma band."""
-    traces = {k: v for k, v in traces.items() if len(v)}
-    if not traces:
-        return
-    cols = 2
-    rows = (len(traces) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.3 * rows), sharex=True, sharey=True, squeeze=False)
-    for ax, (name, kv) in zip(axes.ravel(), traces.items()):
-        x = np.arange(kv.shape[0])
-        ax.plot(x, kv / 1e3, lw=0.5, alpha=0.6)
-        mu, sd = kv.mean(axis=1) / 1e3, kv.std(axis=1) / 1e3
-        ax.fill_between(x, mu - sd, mu + sd, color="k", alpha=0.15, lw=0)
-        ax.set_title(f"{name}: mean max-min {np.mean(kv.max(1) - kv.min(1)) / 1e3:.1f}k", fontsize=9)
-        ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(traces):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("worker KV (k tokens)")
-    for ax in axes[-1]:
-        ax.set_xlabel("decode step")
-    fig.suptitle(f"per-worker KV load ({title}); grey: mean +- 1 sigma", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative: bool = False) -> None:
     """Grouped bars: one group per N, one bar per router (throughput relative to least_kv if asked)."""
     ns = sorted(table.N.unique())
@@ -275,10 +173,11 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- entry point
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
-    base = sim_config_from(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    seed = exp.seed
+    base = exp.sim
     n_eval = int(p.num_requests)
     if base.workload.trace is not None:  # keep at least 40% of the trace for the predictors to train on
         rows = len(load_trace(base.workload.trace)) - int(base.workload.trace_offset)
@@ -290,19 +189,18 @@ def run(cfg, out: Path) -> dict:
         sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests)), int(p.heavy_tail_per_worker)))
     tables, fields, sweeps = [], {}, []
     for tag, sim_cfg, per_worker in tqdm(sets, desc="br_imbalance workloads"):
-        table, f = compare(sim_cfg, p, seed, tag, out, per_worker)
+        table, f = compare(sim_cfg, p, seed, tag, exp, per_worker)
         tables.append(table)
         fields[tag] = f
         if p.sweep:
             sweeps.append(sweep(sim_cfg, p, seed, tag))
     table = pd.concat(tables, ignore_index=True)
-    table.to_csv(out / "results.csv", index=False)
     md = [table.to_markdown(index=False, floatfmt=".4g")]
     if sweeps:
         sw = pd.concat(sweeps, ignore_index=True)
-        sw.to_csv(out / "sweep.csv", index=False)
+        exp.csv(sw, "sweep.csv")
         md += ["", "## Parameter sweeps", "", sw.to_markdown(index=False, floatfmt=".4g")]
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    exp.table(table, "\n".join(md))
     main_tag = sets[0][0]
     summary = dict(fields[main_tag])
     for tag, f in fields.items():

@@ -21,17 +21,17 @@ lengths come from the trace.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
 from pdgym.envs.sim.events import PassKind
 from tqdm import tqdm
+
+from .harness import Experiment, experiment
 
 
 def decode_stall_s(res) -> float:
@@ -55,10 +55,11 @@ def with_workload(sim_cfg, **changes):
     return dataclasses.replace(sim_cfg, workload=dataclasses.replace(sim_cfg.workload, **changes))
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
-    base = sim_config_from(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    seed = exp.seed
+    base = exp.sim
     trace = base.workload.trace
     knee_t = knee(base, p, seed)
     long_t = None
@@ -70,7 +71,6 @@ def run(cfg, out: Path) -> dict:
     tail = fcfs_tail(base, p, seed)
     lengths = [] if trace else length_effects(base, p, seed)
     cadence = fixed_vs_dynamic(base, p, seed)
-    knee_t.to_csv(out / "results.csv", index=False)
     md = [knee_t.to_markdown(index=False)]
     if long_t is not None:
         md.append(f"\n### knee with {float(p.long_prompt):.0f}-token prompts (same prompt-token load)\n\n"
@@ -79,7 +79,7 @@ def run(cfg, out: Path) -> dict:
                         ("fixed vs dynamic batching", cadence)):
         if rows:
             md.append(f"\n### {title}\n\n" + pd.DataFrame(rows).to_markdown(index=False))
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    exp.table(knee_t, "\n".join(md))
     rel = {f"{name} / largest chunk": (knee_t[col] / knee_t[col].iloc[-1]).tolist()
            for name, col in (("mean TTFT", "ttft_mean"), ("decode stall", "decode_stall_s"),
                              ("throughput", "throughput"))}
@@ -87,11 +87,11 @@ def run(cfg, out: Path) -> dict:
         rel[f"mean TTFT / largest, {float(p.long_prompt):.0f}-token prompts"] = (
             long_t.ttft_mean / long_t.ttft_mean.iloc[-1]).tolist()
     plots.lines(knee_t.chunk_size.tolist(), rel, f"chunk size (K = {int(p.K)})", "relative to the largest chunk",
-                out / "chunk_knee.png")
+                exp.figure("chunk_knee.png"))
     t = pd.DataFrame(tail)
     plots.lines(t.rho.tolist(), {"fcfs p99 TTFT": t.fcfs_ttft_p99.tolist(),
                                  "prefill_first p99 TTFT": t.prefill_first_ttft_p99.tolist()},
-                "load (fraction of FCFS capacity)", "p99 TTFT (s)", out / "fcfs_tail.png")
+                "load (fraction of FCFS capacity)", "p99 TTFT (s)", exp.figure("fcfs_tail.png"))
     return {"chunk_size": knee_t.chunk_size.tolist(), "ttft_mean": knee_t.ttft_mean.tolist(),
             "throughput": knee_t.throughput.tolist(), "decode_stall_s": knee_t.decode_stall_s.tolist(),
             "K": int(p.K), "fcfs_tail": tail, "length_effects": lengths, "fixed_vs_dynamic": cadence,

@@ -25,6 +25,8 @@ from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
 from tqdm import tqdm
 
+from .harness import Experiment, experiment
+
 POLICIES = ("mb", "eb_star", "eb_plus")
 
 
@@ -40,9 +42,10 @@ def run_set(sim_cfg, seed: int, policies=POLICIES) -> dict[str, dict]:
     return {p: simulate(sim_cfg, {"batching": make_policy("batching", p)}, seed).summary() for p in policies}
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
+@experiment
+def run(exp: Experiment) -> dict:
+    p, cfg = exp.p, exp.cfg
+    seed = exp.seed
     ov = overrides_from(cfg)
     rows, tradeoff = [], []
     jobs = [(m, hw) for m in p.models for hw in p.hardware]
@@ -61,28 +64,27 @@ def run(cfg, out: Path) -> dict:
     table = pd.DataFrame(rows)
     trade = pd.DataFrame(tradeoff)
     ratio = decode_ratio_sweep(cfg, seed)
-    table.to_csv(out / "results.csv", index=False)
-    trade.to_csv(out / "tradeoff.csv", index=False)
-    ratio.to_csv(out / "decode_ratio.csv", index=False)
-    (out / "results.md").write_text("\n\n".join([
+    exp.csv(trade, "tradeoff.csv")
+    exp.csv(ratio, "decode_ratio.csv")
+    exp.table(table, "\n\n".join([
         table.to_markdown(index=False),
         "TTFT / TPOT of EB* and MB, open loop at fractions of MB's closed-loop rate (load 1 = the closed "
         "loop itself, saturated):\n\n" + trade.to_markdown(index=False),
-        "Gain against decode ratio:\n\n" + ratio.to_markdown(index=False)]) + "\n")
+        "Gain against decode ratio:\n\n" + ratio.to_markdown(index=False)]))
     main = table[(table.model == p.models[0]) & table.hardware.isin(list(p.hardware))]
     for model in p.models:
         t = table[table.model == model]
         plots.bars(dict(zip(t.hardware, 100 * t.gain)), f"EB* over MB, requests/s (%) — {model}",
-                   out / f"gain_{model}.png")
-    tradeoff_plot(trade[trade.load == 1.0], out / "ttft_tpot.png")
+                   exp.figure(f"gain_{model}.png"))
+    tradeoff_plot(trade[trade.load == 1.0], exp.figure("ttft_tpot.png"))
     loads = sorted(trade.load.unique())
     plots.lines(loads, {hw: [float(trade[(trade.hardware == hw) & (trade.load == x)].tpot_ratio.iloc[0])
                              for x in loads] for hw in p.hardware},
                 "load (fraction of MB's closed-loop rate; 1 = closed loop)", "mean TPOT, EB* / MB",
-                out / "tpot_ratio_vs_load.png")
+                exp.figure("tpot_ratio_vs_load.png"))
     plots.lines(ratio.decode_ratio.tolist(), {c.removeprefix("gain_"): (100 * ratio[c]).tolist()
                                               for c in ratio.columns if c.startswith("gain_")},
-                "decode ratio mu_O / (mu_L + mu_O)", "EB* over MB (%)", out / "gain_vs_decode_ratio.png")
+                "decode ratio mu_O / (mu_L + mu_O)", "EB* over MB (%)", exp.figure("gain_vs_decode_ratio.png"))
     gain_by_model = {m: dict(zip(g.hardware, g.gain)) for m, g in table.groupby("model", sort=False)}
     return {"gain": dict(zip(main.hardware, main.gain)), "model": str(p.models[0]),
             "gain_by_model": gain_by_model, "rows": rows, "tradeoff": tradeoff,

@@ -9,14 +9,14 @@ Colocated EB+ against disaggregated P:D ratios is its own reproduction (pd_ratio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 from pdgym.agents import plots
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import SimResult, Simulator
 from tqdm import tqdm
+
+from .harness import Experiment, experiment
 
 POLICIES = ("mb", "eb_star", "eb_plus")
 
@@ -32,10 +32,11 @@ def with_trace(scn, trace: str | None) -> list[str]:
             for part in ("prompt", "output") if getattr(ph, part).dist == "empirical"]
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
-    trace = cfg.workload.get("trace")
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    seed = exp.seed
+    trace = exp.trace
     rows = []
     for sc in tqdm(list(p.scenarios), desc="EB+ scenarios"):
         ov = list(sc.get("overrides") or []) + with_trace(sc.scenario, trace)
@@ -56,11 +57,10 @@ def run(cfg, out: Path) -> dict:
         row["frac_of_better"] = row["rps_eb_plus"] / max(row["rps_mb"], row["rps_eb_star"])
         rows.append(row)
     table = pd.DataFrame(rows)
-    table.to_csv(out / "results.csv", index=False)
     md = [table.to_markdown(index=False)]
-    plots.bars(dict(zip(table.scenario, table.frac_of_better)), "EB+ / max(EB*, MB)", out / "frac_of_better.png")
+    plots.bars(dict(zip(table.scenario, table.frac_of_better)), "EB+ / max(EB*, MB)", exp.figure("frac_of_better.png"))
     summary = {"scenarios": table.scenario.tolist(), "frac_of_better": table.frac_of_better.tolist(),
                "min_frac_of_better": float(table.frac_of_better.min()), "rows": rows}
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    exp.table(table, "\n".join(md))
     return summary
 

@@ -14,12 +14,10 @@ only, with mu_O the trace's mean output.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from
 from pdgym.baselines import eb_theory as T
 from pdgym.baselines.exclusive_batching import EB, EBStar
 from pdgym.envs.sim import Simulator
@@ -28,6 +26,8 @@ from pdgym.envs.sim.config import LengthConfig
 from pdgym.envs.sim.cost import linear_coefficients
 from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
+
+from .harness import Experiment, experiment
 
 
 def steady_rps(sim: Simulator, lo: float = 0.2, hi: float = 0.8) -> float:
@@ -65,10 +65,11 @@ def sweep(sim_cfg, thetas, extra: float, seed: int) -> tuple[dict, float]:
     return res, steady_rps(run_policy(sim_cfg, EB(theta=extra), seed))
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
-    base = sim_config_from(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    seed = exp.seed
+    base = exp.sim
     trace = base.workload.trace
     probe = Simulator(case_config(base, 64, 64, None), None, seed)
     mu_l, mu_o_trace = mean_lengths(base, seed)
@@ -89,15 +90,14 @@ def run(cfg, out: Path) -> dict:
                       "rps_fluid_theta0": T.eb_throughput(th0, n, coef, mu_l, mu)})
         curves[(mu, n)] = (res, th0, tp0)
     table = pd.DataFrame(cases)
-    table.to_csv(out / "results.csv", index=False)
     sweep_rows = [{"mu_o": mu, "batch": n, "theta": th, "rps": r} for (mu, n), (res, _, _) in curves.items()
                   for th, r in res.items()]
-    pd.DataFrame(sweep_rows).to_csv(out / "sweep.csv", index=False)
+    exp.csv(pd.DataFrame(sweep_rows), "sweep.csv")
     for mu in mus:
         series = {f"N={n}": [curves[(mu, n)][0][t] / max(curves[(mu, n)][0].values()) for t in thetas]
                   for (m, n) in curves if m == mu}
         th0 = T.theta0(coef["a_p"], coef["a_d"], mu)
-        plots.lines(thetas, series, "theta (fixed)", "throughput / best fixed", out / f"theta_mu{int(mu)}.png",
+        plots.lines(thetas, series, "theta (fixed)", "throughput / best fixed", exp.figure(f"theta_mu{int(mu)}.png"),
                     marks={f"theta0={th0:.3f}": th0})
 
     extra = {}
@@ -107,7 +107,7 @@ def run(cfg, out: Path) -> dict:
     md = [table.to_markdown(index=False)]
     for k, v in extra.items():
         md.append(f"\n### {k}\n\n" + pd.DataFrame(v).to_markdown(index=False))
-    (out / "results.md").write_text("\n".join(md) + "\n")
+    exp.table(table, "\n".join(md))
     return {"cases": cases, "min_frac_of_best": float(table.frac_of_best.min()), "coef": coef,
             "mean_prompt": mu_l, **extra}
 

@@ -19,20 +19,19 @@ results.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from
 from tqdm import tqdm
 
-from .br_imbalance import plot_traces, run_router
+from .harness import Experiment, experiment
+from .measure import plot_traces, run_router
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seed = int(cfg.seed)
-    sim_cfg = sim_config_from(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    seed = exp.seed
+    sim_cfg = exp.sim
     base = {"name": "least_kv_immediate", "report_every": int(p.report_every)}
     specs = [("iqr", {"name": "iqr", "k": float(p.k)}), ("least_kv", "least_kv")]
     specs += [(f"immediate_r{r}", {"name": "least_kv_immediate", "report_every": int(r)}) for r in p.report_curve]
@@ -50,7 +49,6 @@ def run(cfg, out: Path) -> dict:
     iqr = table.loc["iqr"]
     table["band_vs_baseline"] = table.band_tokens / ref.band_tokens
     table["tput_vs_baseline"] = table.tput / ref.tput
-    table.reset_index().to_csv(out / "results.csv", index=False)
     r1 = table.loc["immediate_r1"]
     fresh = table.loc["least_kv"]
     note = (f"\n## What the baseline is\n\nThe baseline of `band_ratio` / `tput_gain` is `least_kv_immediate` with "
@@ -70,16 +68,16 @@ def run(cfg, out: Path) -> dict:
             "throughput the same.\n\nSo the paper's effect (band about 40% narrower, throughput about +15%) appears "
             "only against a dispatcher whose load reports are several steps stale (the report-period curve "
             "above), not against an exact least-KV router.\n")
-    (out / "results.md").write_text(table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n" + note)
-    plot_traces(traces, out / "kv_band.png", "IQR vs immediate least-loaded dispatch, N = 32")
+    exp.table(table.reset_index(), table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n" + note)
+    plot_traces(traces, exp.figure("kv_band.png"), "IQR vs immediate least-loaded dispatch, N = 32")
     curve = table.loc[[f"immediate_r{int(r)}" for r in p.report_curve]]
     plots.lines([int(r) for r in p.report_curve],
                 {"immediate (report every k steps)": (curve.band_tokens / 1e3).tolist(),
                  "IQR": [iqr.band_tokens / 1e3] * len(curve), "least_kv (fresh)":
                  [table.loc["least_kv"].band_tokens / 1e3] * len(curve)},
-                "load report period k (decode steps)", "+-1 sigma KV band (k tokens)", out / "band_vs_report.png")
+                "load report period k (decode steps)", "+-1 sigma KV band (k tokens)", exp.figure("band_vs_report.png"))
     plots.bars({k: v / ref.tput for k, v in table.tput.items()}, "decode throughput / baseline",
-               out / "throughput.png")
+               exp.figure("throughput.png"))
     return {"band_ratio": float(iqr.band_tokens / ref.band_tokens), "tput_gain": float(iqr.tput / ref.tput - 1),
             "baseline": base, "mean_batch": float(iqr.batch_mean),
             "band_tokens": {"iqr": float(iqr.band_tokens), "baseline": float(ref.band_tokens),

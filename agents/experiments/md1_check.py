@@ -4,15 +4,16 @@ is an M/D/1 queue, so its mean wait must match Pollaczek-Khinchine: W = rho D / 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import policy_spec, sim_config_from
+from pdgym.agents.common import policy_spec
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import simulate
 from tqdm import tqdm
+
+from .harness import Experiment, experiment
 
 
 def service_time(sim_cfg, policies) -> float:
@@ -33,20 +34,20 @@ def wait_for(sim_cfg, policies, d: float, rho: float, n: int, seed: int) -> tupl
     return wait_sim, wait_theory
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    sim_cfg = sim_config_from(cfg)
-    policies = policy_spec(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    sim_cfg = exp.sim
+    policies = policy_spec(exp.cfg)
     d = service_time(sim_cfg, policies)
     rows = []
     for rho in tqdm(list(p.rhos), desc="md1 loads"):
-        ws, wt = wait_for(sim_cfg, policies, d, float(rho), int(p.num_requests), int(cfg.seed))
+        ws, wt = wait_for(sim_cfg, policies, d, float(rho), int(p.num_requests), exp.seed)
         rows.append({"rho": float(rho), "wait_sim": ws, "wait_theory": wt, "rel_err": ws / wt - 1})
     table = pd.DataFrame(rows)
-    table.to_csv(out / "results.csv", index=False)
-    (out / "results.md").write_text(table.to_markdown(index=False) + "\n")
+    exp.table(table)
     plots.lines(table.rho.tolist(), {"simulated": table.wait_sim.tolist(), "Pollaczek-Khinchine":
-                table.wait_theory.tolist()}, "utilisation rho", "mean wait (s)", out / "md1_wait.png")
+                table.wait_theory.tolist()}, "utilisation rho", "mean wait (s)", exp.figure("md1_wait.png"))
     main = table.iloc[int(np.argmin(np.abs(table.rho - float(p.rho))))]
     return {"rho": float(main.rho), "service_s": d, "num_requests": int(p.num_requests),
             "wait_sim": float(main.wait_sim), "wait_theory": float(main.wait_theory),

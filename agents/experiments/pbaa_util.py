@@ -13,21 +13,21 @@ and max_qps, and utilisation of both at the off variant's max QPS).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from, to_container
+from pdgym.agents.common import sim_config_from
 from pdgym.envs.scenario import load_scenario
 from tqdm import tqdm
 
-from .sbs_ttft import peak_rate, run_point
+from .harness import Experiment, experiment
+from .measure import peak_rate, run_point
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seeds = list(p.seeds)
-    base = to_container(p.sbs)
+@experiment
+def run(exp: Experiment) -> dict:
+    p, cfg = exp.p, exp.cfg
+    seeds = exp.seeds
+    base = exp.spec(p.sbs)
     variants = {"on": "pbaa", **{f"off_{a}": a for a in p.pbaa_off}}
     rows = []
     jobs = [(s, v) for s in p.scenarios for v in variants]
@@ -51,15 +51,14 @@ def run(cfg, out: Path) -> dict:
             same.append({"scenario": scen, "pbaa": label, "rate": q, "chunk_util_mean": m["chunk_util_mean"],
                          "ttft_mean": m["ttft_mean"]})
     same = pd.DataFrame(same)
-    table.to_csv(out / "results.csv", index=False)
-    (out / "results.md").write_text(
+    exp.table(table,
         f"Max QPS with mean TTFT <= {p.ttft_target_s} s, and the chunk utilisation there:\n\n"
         + table.round(4).to_markdown(index=False)
-        + f"\n\nAt the same rate ({off0}'s max QPS):\n\n" + same.round(4).to_markdown(index=False) + "\n")
+        + f"\n\nAt the same rate ({off0}'s max QPS):\n\n" + same.round(4).to_markdown(index=False))
     util = {f"{r.chunk // 1024}K {r.pbaa}": r.chunk_util_mean for r in table.itertuples()}
-    plots.bars(util, "prefill chunk utilisation at max QPS", out / "chunk_util.png")
+    plots.bars(util, "prefill chunk utilisation at max QPS", exp.figure("chunk_util.png"))
     plots.bars({f"{r.chunk // 1024}K {r.pbaa}": r.max_qps for r in table.itertuples()},
-               f"max QPS (mean TTFT <= {p.ttft_target_s} s)", out / "max_qps.png")
+               f"max QPS (mean TTFT <= {p.ttft_target_s} s)", exp.figure("max_qps.png"))
 
     def get(scen, label, key, t=table):
         return float(t[(t.scenario == scen) & (t.pbaa == label)][key].iloc[0])

@@ -29,6 +29,8 @@ from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import LengthConfig
 from tqdm import tqdm
 
+from .harness import Experiment, experiment
+
 KV_EXHAUSTED = R.reason_code("kv_exhausted")
 
 
@@ -96,23 +98,22 @@ def summarise(t: pd.DataFrame) -> dict:
     return {"mixes": mixes, "best_pd": best_pd, "eb_plus_vs_best_pd": vs_best, "decode_kv_exhausted": exhausted}
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    t = study(p, int(cfg.seed), cfg.workload.get("trace"))
+@experiment
+def run(exp: Experiment) -> dict:
+    t = study(exp.p, exp.seed, exp.trace)
     summary = summarise(t)
-    t.to_csv(out / "results.csv", index=False)
     order = list(dict.fromkeys(t.name))
     wide = t.pivot(index="name", columns="mix", values="rps_per_gpu").loc[order, summary["mixes"]]
     kvw = t.pivot(index="name", columns="mix", values="kv_exhausted").loc[order, summary["mixes"]]
-    (out / "results.md").write_text("\n\n".join([
+    exp.table(t, "\n\n".join([
         "requests/s per GPU:\n\n" + wide.to_markdown(floatfmt=".3f"),
         "KV-exhaustion events (preemptions + kv_exhausted rejections):\n\n" + kvw.to_markdown(),
         "best P:D per mix: " + ", ".join(f"{m}: {s}" for m, s in summary["best_pd"].items()),
         "EB+ vs the best P:D (same GPUs, requests/s): " + ", ".join(
             f"{m}: {v:+.1%}" for m, v in summary["eb_plus_vs_best_pd"].items()),
-        "all runs:\n\n" + t.to_markdown(index=False)]) + "\n")
-    grouped_bars(wide, "requests/s per GPU", out / "rps_per_gpu.png", best=summary["best_pd"])
-    grouped_bars(kvw, "KV-exhaustion events", out / "kv_exhausted.png")
+        "all runs:\n\n" + t.to_markdown(index=False)]))
+    grouped_bars(wide, "requests/s per GPU", exp.figure("rps_per_gpu.png"), best=summary["best_pd"])
+    grouped_bars(kvw, "KV-exhaustion events", exp.figure("kv_exhausted.png"))
     summary["rows"] = t.to_dict(orient="records")
     return summary
 

@@ -14,16 +14,16 @@ TTFT mean / p99, rejections by reason, watchdog resets, dropped signals; immedia
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from, to_container
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from tqdm import tqdm
+
+from .harness import Experiment, experiment
 
 
 def run_case(sim_cfg, spec, faults: dict, seed: int) -> dict:
@@ -44,36 +44,36 @@ def run_case(sim_cfg, spec, faults: dict, seed: int) -> dict:
             "reasons": reasons}
 
 
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    sim_cfg = sim_config_from(cfg)
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    sim_cfg = exp.sim
     wl = sim_cfg.workload
     horizon = wl.num_requests / wl.rate
     cases = {"nofault": {},
              "drop": {"drop_end_forward": float(p.drop)},
              "kill": {"down": [{"instance": int(p.kill_instance), "at": float(p.kill_at) * horizon}]}}
-    policies = {"sbs": to_container(p.sbs), "immediate": to_container(p.immediate)}
+    policies = {"sbs": exp.spec(p.sbs), "immediate": exp.spec(p.immediate)}
     rows = []
-    jobs = [(pol, case, seed) for pol in policies for case in cases for seed in p.seeds]
+    jobs = [(pol, case, seed) for pol in policies for case in cases for seed in exp.seeds]
     for pol, case, seed in tqdm(jobs, desc="sbs_faults"):
         r = run_case(sim_cfg, policies[pol], cases[case], int(seed))
         rows.append({"policy": pol, "case": case, "seed": int(seed), **r})
     table = pd.DataFrame(rows)
-    table.assign(reasons=table.reasons.astype(str)).to_csv(out / "results.csv", index=False)
     agg = table.groupby(["policy", "case"], sort=False).agg(
         ttft_mean=("ttft_mean", "mean"), ttft_p99=("ttft_p99", "mean"), finished=("finished", "sum"),
         rejected=("rejected", "sum"), lost=("lost", "sum"), deadlock=("deadlock", "any"),
         dropped_signals=("dropped_signals", "sum"), watchdog_resets=("watchdog_resets", "sum")).reset_index()
-    (out / "results.md").write_text(
+    exp.table(table.assign(reasons=table.reasons.astype(str)),
         f"{len(p.seeds)} seeds x {wl.num_requests} requests at {wl.rate} req/s; drop = {p.drop} of EndForward "
         f"signals; kill = instance {p.kill_instance} down at {p.kill_at:.0%} of the arrivals (never back, "
-        f"detected after {sim_cfg.faults.detect_s} s).\n\n" + agg.round(4).to_markdown(index=False) + "\n")
+        f"detected after {sim_cfg.faults.detect_s} s).\n\n" + agg.round(4).to_markdown(index=False))
 
     def ttft(pol, case, key="ttft_mean"):
         return float(agg[(agg.policy == pol) & (agg.case == case)][key].iloc[0])
 
     plots.bars({f"{pol} {case}": ttft(pol, case) for pol in policies for case in cases}, "mean TTFT (s)",
-               out / "ttft_faults.png")
+               exp.figure("ttft_faults.png"))
     sbs = table[table.policy == "sbs"]
     reasons: dict[str, int] = {}
     for d in sbs.reasons:

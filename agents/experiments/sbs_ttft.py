@@ -27,96 +27,30 @@ device, where immediate dispatch waits a residual.
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
-import numpy as np
 import pandas as pd
 from pdgym.agents import plots
-from pdgym.agents.common import sim_config_from, to_container
-from pdgym.baselines import make_policy
+from pdgym.agents.common import sim_config_from
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import simulate
-from pdgym.envs.sim.events import PassKind
 from tqdm import tqdm
 
-METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s", "chunk_util_mean", "rejected",
-           "finished")
+from .harness import Experiment, experiment
+from .measure import col, load_sweep, peak_rate, ratios
 
 
-def at_rate(sim_cfg, rate: float, num_requests: int):
-    return dataclasses.replace(sim_cfg, workload=dataclasses.replace(sim_cfg.workload, rate=float(rate),
-                                                                     num_requests=int(num_requests)))
-
-
-def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
-    """Seed-averaged summary metrics (+ TTFT spread and prefill pass-time CV) of one policy at one rate."""
-    rows = []
-    for seed in seeds:
-        pol = make_policy("prefill", spec)
-        res = simulate(at_rate(sim_cfg, rate, num_requests), {"prefill": pol}, int(seed))
-        m = res.summary()
-        fin = res.requests[res.requests.status == "finished"]
-        dur = res.steps.loc[res.steps.kind == PassKind.PREFILL, "dur"]
-        st = getattr(pol, "stats", {})
-        n_rel = max(int(st.get("releases", 0)), 1)
-        rows.append({**{k: m[k] for k in METRICS}, "ttft_std": float(fin.ttft.std()),
-                     "pass_cv": float(dur.std() / dur.mean()) if len(dur) else np.nan,
-                     "late_ms": 1e3 * st["late_s"] / n_rel if "late_s" in st else np.nan,
-                     "busy_target": st["busy_target"] / n_rel if "busy_target" in st else np.nan})
-    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-
-
-def peak_rate(sim_cfg, spec, target_s: float, num_requests: int, seeds, lo: float, hi: float,
-              iters: int = 10, max_reject: float = 0.01) -> float:
-    """Largest rate whose seed-mean TTFT stays <= target_s (and rejections <= max_reject), by bisection.
-
-    `hi` is doubled until it violates the target; `lo` must satisfy it.
-    """
-
-    def ok(rate: float) -> bool:
-        m = run_point(sim_cfg, spec, rate, num_requests, seeds)
-        return m["ttft_mean"] <= target_s and m["rejected"] <= max_reject * num_requests
-
-    while ok(hi):
-        lo, hi = hi, hi * 2
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
-def sweep(sim_cfg, specs: dict, peak: float, loads, num_requests: int, seeds, desc: str) -> pd.DataFrame:
-    rows = []
-    for load in tqdm(list(loads), desc=desc, leave=False):
-        for label, spec in specs.items():
-            m = run_point(sim_cfg, spec, load * peak, num_requests, seeds)
-            rows.append({"load": float(load), "rate": load * peak, "policy": label, **m})
-    return pd.DataFrame(rows)
-
-
-def ratios(table: pd.DataFrame, a: str, b: str, col: str) -> list[float]:
-    t = table.pivot(index="load", columns="policy", values=col)
-    return (t[a] / t[b]).round(4).tolist()
-
-
-def col(table: pd.DataFrame, policy: str, name: str) -> list[float]:
-    return table[table.policy == policy].sort_values("load")[name].round(4).tolist()
-
-
-def run(cfg, out: Path) -> dict:
-    p = cfg.repro
-    seeds = list(p.seeds)
+@experiment
+def run(exp: Experiment) -> dict:
+    p, cfg = exp.p, exp.cfg
+    seeds = exp.seeds
     loads = [float(x) for x in p.loads]
-    imm, sbs = to_container(p.immediate), to_container(p.sbs)
-    sim_cfg = sim_config_from(cfg)
+    imm, sbs = exp.spec(p.immediate), exp.spec(p.sbs)
+    sim_cfg = exp.sim
     slo = sim_cfg.slo.ttft_s
     bar = tqdm(total=4, desc="sbs_ttft")
     peak = peak_rate(sim_cfg, imm, slo, int(p.peak_requests), list(p.peak_seeds), float(p.rate_lo),
                      float(p.rate_hi))
     bar.update()
-    specs = {"immediate": imm, "sbs": sbs, **{k: to_container(v) for k, v in (p.others or {}).items()}}
-    main = sweep(sim_cfg, specs, peak, loads, int(p.num_requests), seeds, "short prompts")
+    specs = {"immediate": imm, "sbs": sbs, **{k: exp.spec(v) for k, v in (p.others or {}).items()}}
+    main = load_sweep(sim_cfg, specs, peak, loads, int(p.num_requests), seeds, "short prompts")
     main.insert(0, "scenario", cfg.scenario_name)
     bar.update()
 
@@ -125,31 +59,30 @@ def run(cfg, out: Path) -> dict:
     peak_long = peak_rate(long_cfg, imm, long_slo, int(p.long_peak_requests), list(p.peak_seeds),
                           float(p.long_rate_lo), float(p.long_rate_hi))
     bar.update()
-    long = sweep(long_cfg, {"immediate": imm, "sbs": sbs}, peak_long, loads, int(p.long_requests), seeds,
+    long = load_sweep(long_cfg, {"immediate": imm, "sbs": sbs}, peak_long, loads, int(p.long_requests), seeds,
                  "long prompts")
     long.insert(0, "scenario", p.long_scenario)
     bar.update()
     bar.close()
 
     table = pd.concat([main, long], ignore_index=True)
-    table.to_csv(out / "results.csv", index=False)
-    (out / "results.md").write_text(
+    exp.table(table,
         f"Immediate dispatch's SLO-limited peak: {peak:.1f} req/s ({cfg.scenario_name}, mean TTFT <= {slo} s), "
         f"{peak_long:.2f} req/s ({p.long_scenario}, <= {long_slo} s).\n\n"
-        + table.round(4).to_markdown(index=False) + "\n")
+        + table.round(4).to_markdown(index=False))
     xlabel = "load (fraction of immediate dispatch's SLO-limited peak)"
     plots.lines(loads, {"immediate": col(main, "immediate", "ttft_mean"), "SBS": col(main, "sbs", "ttft_mean")},
-                xlabel, "mean TTFT (s)", out / "ttft_vs_load.png")
+                xlabel, "mean TTFT (s)", exp.figure("ttft_vs_load.png"))
     plots.lines(loads, {"immediate mean": col(long, "immediate", "ttft_mean"), "SBS mean": col(long, "sbs", "ttft_mean"),
                         "immediate p99": col(long, "immediate", "ttft_p99"), "SBS p99": col(long, "sbs", "ttft_p99")},
-                xlabel, "TTFT (s), prompts 3K-64K, chunk 16K", out / "ttft_vs_load_long.png")
+                xlabel, "TTFT (s), prompts 3K-64K, chunk 16K", exp.figure("ttft_vs_load_long.png"))
     plots.lines(loads, {k: col(main, k, "ttft_mean") for k in specs}, "load (fraction of immediate's peak)",
-                "mean TTFT (s)", out / "ttft_vs_load_all.png")
+                "mean TTFT (s)", exp.figure("ttft_vs_load_all.png"))
     plots.bars({f"{k} @{x:.0%}": v for x in loads for k, v in (
         ("imm device", main[(main.policy == "immediate") & (main.load == x)].device_queue_s.iloc[0]),
         ("sbs sched", main[(main.policy == "sbs") & (main.load == x)].sched_queue_s.iloc[0]),
         ("sbs device", main[(main.policy == "sbs") & (main.load == x)].device_queue_s.iloc[0]))},
-        "mean queueing (s)", out / "queueing.png")
+        "mean queueing (s)", exp.figure("queueing.png"))
 
     summary = {
         "load": loads,

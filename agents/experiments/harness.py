@@ -1,0 +1,125 @@
+"""One harness for every reproduction: its config, seeds, results tables, figures, regime checks, summary.
+
+A reproduction is a function `fn(exp: Experiment) -> dict` wrapped by `@experiment`, which turns it
+into the `run(cfg, out)` runner that `pdgym-repro NAME` calls (conf/repro/NAME.yaml names it). The
+harness owns what every reproduction used to repeat: reading the `repro` block, the seeds and the
+simulator config, writing results.csv / results.md atomically, naming figures, and the regime check.
+
+Regime: a paper effect holds in a regime (load against capacity, pool occupancy, ...). A reproduction
+states each condition with `exp.regime(point, quantity, value, lo, hi)`; a point outside its band is
+listed in the summary's `regime.out_of_regime` and printed, never dropped silently. The summary gets
+`regime` and `figures` (the PNGs written) next to the reproduction's own fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property, wraps
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+from pdgym.agents.common import sim_config_from, to_container
+from pdgym.envs.sim.config import SimConfig
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic text write: a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+@dataclass
+class Experiment:
+    """What one reproduction run sees and writes (see the module docstring)."""
+
+    cfg: Any
+    out: Path
+    checks: list[dict] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+
+    @property
+    def p(self):
+        """The `repro` block of the config (the reproduction's own parameters)."""
+        return self.cfg.repro
+
+    @property
+    def name(self) -> str:
+        return self.cfg.repro.runner.split(":")[0].rsplit(".", 1)[-1]
+
+    @property
+    def seed(self) -> int:
+        return int(self.cfg.seed)
+
+    @property
+    def seeds(self) -> list[int]:
+        """`repro.seeds` when the reproduction averages over seeds, else the run's one seed."""
+        s = self.p.get("seeds")
+        return [int(x) for x in s] if s is not None else [self.seed]
+
+    @cached_property
+    def sim(self) -> SimConfig:
+        """The composed scenario as a simulator config."""
+        return sim_config_from(self.cfg)
+
+    @property
+    def trace(self) -> str | None:
+        """`workload.trace=PATH` given on the command line (or by the scenario), else None."""
+        return self.cfg.workload.get("trace")
+
+    def spec(self, node) -> Any:
+        """A policy spec from the config (plain str / dict, not an OmegaConf node)."""
+        return to_container(node)
+
+    def path(self, name: str) -> Path:
+        return self.out / name
+
+    def figure(self, name: str) -> Path:
+        """Path of a figure to write; recorded so the summary lists every picture next to the numbers."""
+        self.figures.append(name)
+        return self.out / name
+
+    def table(self, df: pd.DataFrame, md: str | None = None, name: str = "results") -> None:
+        """results.csv (the full table) and results.md (`md`, or the table as markdown), both atomic."""
+        tmp = self.out / f"{name}.csv.tmp"
+        df.to_csv(tmp, index=False)
+        tmp.replace(self.out / f"{name}.csv")
+        write_text(self.out / f"{name}.md", (md if md is not None else df.to_markdown(index=False)) + "\n")
+
+    def csv(self, df: pd.DataFrame, name: str) -> None:
+        """An extra table (no markdown), atomic."""
+        tmp = self.out / f"{name}.tmp"
+        df.to_csv(tmp, index=False)
+        tmp.replace(self.out / name)
+
+    def regime(self, point: str, quantity: str, value: float, lo: float | None = None,
+               hi: float | None = None, note: str = "") -> bool:
+        """Check that `quantity` at `point` lies in [lo, hi]; record it; False (and flagged) if not."""
+        v = float(value)
+        ok = not math.isnan(v) and (lo is None or v >= lo) and (hi is None or v <= hi)
+        self.checks.append({"point": point, "quantity": quantity, "value": v, "lo": lo, "hi": hi,
+                            "ok": bool(ok), "note": note})
+        if not ok:
+            band = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+            print(f"{self.name}: OUT OF REGIME at {point}: {quantity} = {v:.4g} not in {band} {note}".rstrip())
+        return ok
+
+    def finish(self, summary: dict) -> dict:
+        out = dict(summary)
+        bad = [f"{c['point']}: {c['quantity']}" for c in self.checks if not c["ok"]]
+        out["regime"] = {"in_regime": not bad, "out_of_regime": bad, "checks": self.checks}
+        out["figures"] = list(self.figures)
+        return out
+
+
+def experiment(fn: Callable[[Experiment], dict]) -> Callable[[Any, Path], dict]:
+    """Wrap `fn(exp) -> summary` as the `run(cfg, out)` runner that pdgym-repro calls."""
+
+    @wraps(fn)
+    def run(cfg, out: Path) -> dict:
+        exp = Experiment(cfg, Path(out))
+        return exp.finish(fn(exp))
+
+    return run

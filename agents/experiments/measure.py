@@ -1,0 +1,188 @@
+"""Measurements shared by several reproductions (one module instead of reproductions importing each other).
+
+Prefill side (sbs_ttft, pbaa_util): one policy at one Poisson rate averaged over seeds, the largest rate
+meeting a mean-TTFT target (bisection), a load sweep and its ratio columns. Decode side (br_imbalance,
+iqr_band): a decode tier resized to N workers, its measured capacity, one router's run with figures over
+the loaded window, and the per-worker KV figure.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from pdgym.baselines import make_policy
+from pdgym.envs.sim import SimResult, Simulator, simulate
+from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.events import PassKind
+from tqdm import tqdm
+
+# --------------------------------------------------------------------------- prefill: rates and loads
+METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s", "chunk_util_mean", "rejected",
+           "finished")
+
+
+def at_rate(sim_cfg, rate: float, num_requests: int):
+    return dataclasses.replace(sim_cfg, workload=dataclasses.replace(sim_cfg.workload, rate=float(rate),
+                                                                     num_requests=int(num_requests)))
+
+
+def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
+    """Seed-averaged summary metrics (+ TTFT spread and prefill pass-time CV) of one policy at one rate."""
+    rows = []
+    for seed in seeds:
+        pol = make_policy("prefill", spec)
+        res = simulate(at_rate(sim_cfg, rate, num_requests), {"prefill": pol}, int(seed))
+        m = res.summary()
+        fin = res.requests[res.requests.status == "finished"]
+        dur = res.steps.loc[res.steps.kind == PassKind.PREFILL, "dur"]
+        st = getattr(pol, "stats", {})
+        n_rel = max(int(st.get("releases", 0)), 1)
+        rows.append({**{k: m[k] for k in METRICS}, "ttft_std": float(fin.ttft.std()),
+                     "pass_cv": float(dur.std() / dur.mean()) if len(dur) else np.nan,
+                     "late_ms": 1e3 * st["late_s"] / n_rel if "late_s" in st else np.nan,
+                     "busy_target": st["busy_target"] / n_rel if "busy_target" in st else np.nan})
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def peak_rate(sim_cfg, spec, target_s: float, num_requests: int, seeds, lo: float, hi: float,
+              iters: int = 10, max_reject: float = 0.01) -> float:
+    """Largest rate whose seed-mean TTFT stays <= target_s (and rejections <= max_reject), by bisection.
+
+    `hi` is doubled until it violates the target; `lo` must satisfy it.
+    """
+
+    def ok(rate: float) -> bool:
+        m = run_point(sim_cfg, spec, rate, num_requests, seeds)
+        return m["ttft_mean"] <= target_s and m["rejected"] <= max_reject * num_requests
+
+    while ok(hi):
+        lo, hi = hi, hi * 2
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def load_sweep(sim_cfg, specs: dict, peak: float, loads, num_requests: int, seeds, desc: str) -> pd.DataFrame:
+    rows = []
+    for load in tqdm(list(loads), desc=desc, leave=False):
+        for label, spec in specs.items():
+            m = run_point(sim_cfg, spec, load * peak, num_requests, seeds)
+            rows.append({"load": float(load), "rate": load * peak, "policy": label, **m})
+    return pd.DataFrame(rows)
+
+
+def ratios(table: pd.DataFrame, a: str, b: str, col: str) -> list[float]:
+    t = table.pivot(index="load", columns="policy", values=col)
+    return (t[a] / t[b]).round(4).tolist()
+
+
+def col(table: pd.DataFrame, policy: str, name: str) -> list[float]:
+    return table[table.policy == policy].sort_values("load")[name].round(4).tolist()
+
+
+# --------------------------------------------------------------------------- decode: tiers and routers
+class KVRecorder:
+    """Wraps a decode instance's cost model to keep the worker-KV vector of every executed step."""
+
+    def __init__(self, cost):
+        self.cost = cost
+        self.kv: list[np.ndarray] = []
+
+    def pass_time(self, p, a, batch, kv):
+        self.kv.append(kv.copy())
+        return self.cost.pass_time(p, a, batch, kv)
+
+    @property
+    def last_idle_frac(self):
+        return self.cost.last_idle_frac
+
+
+def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
+         num_requests: int | None = None):
+    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count."""
+    cl, wl = sim_cfg.cluster, sim_cfg.workload
+    if n is not None:
+        cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, ep=n * cl.decode.tp))
+    if rate is not None:
+        wl = dataclasses.replace(wl, rate=float(rate))
+    if num_requests is not None:
+        wl = dataclasses.replace(wl, num_requests=int(num_requests))
+    out = dataclasses.replace(sim_cfg, cluster=cl, workload=wl)
+    return dataclasses.replace(out, oracle=oracle) if oracle is not None else out
+
+
+def capacity(sim_cfg, seed: int) -> float:
+    """Requests per second the least-KV router sustains: decode output tokens per second while the whole
+    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times),
+    over the mean output length."""
+    burst = dataclasses.replace(sim_cfg, workload=dataclasses.replace(
+        sim_cfg.workload, arrival="poisson", rate=1e6, time_scale=None))
+    sim = Simulator(burst, {"decode": make_policy("decode", "least_kv")}, seed)
+    sim.run()
+    f = np.sort(sim.req.finish[sim.req.state == R.FINISHED])
+    lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
+    st = SimResult(sim).steps
+    st = st[(st.kind == PassKind.DECODE) & (st.t >= lo) & (st.t <= hi)]
+    return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
+
+
+def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
+    """One run; figures over the loaded window (module doc). `trace_steps` steps of per-worker KV from the
+    arrival of the `trace_at` quantile request are returned under "kept"."""
+    needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
+    cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
+    sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
+    rec = KVRecorder(sim.decode[0].cost)
+    sim.decode[0].cost = rec
+    sim.run()
+    res = SimResult(sim)
+    s = res.summary()
+    dec = res.steps[(res.steps.kind == PassKind.DECODE) & (res.steps.inst == 0)].reset_index(drop=True)
+    kv = np.asarray(rec.kv, dtype=np.float64)
+    arr = np.sort(sim.req.arrival)
+    lo, hi = arr[int(window_start * (len(arr) - 1))], arr[-1]
+    w = ((dec.t >= lo) & (dec.t <= hi)).to_numpy()
+    win = dec[w]
+    first = int(np.searchsorted(dec.t.to_numpy(), arr[int(trace_at * (len(arr) - 1))]))
+    return {"imbalance": float((win.kv_max - win.kv_min).mean()), "tput": float(win.reqs.sum() / win.dur.sum()),
+            "kv_std": float(kv[w].std(axis=1).mean()), "kv_max": float(win.kv_max.mean()),
+            "step_ms": 1e3 * float(win.dur.mean()), "batch_mean": float(win.reqs.mean() / kv.shape[1]),
+            "window_steps": int(w.sum()), "imbalance_all": s["imbalance_mean"], "tput_all": s["throughput_tok_s"],
+            "tpot_p95": s["tpot_p95"], "ttft_mean": s["ttft_mean"], "finished": s["finished"],
+            "rejected": s["rejected"], "kept": kv[first:first + trace_steps]}
+
+
+def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
+    """Per-worker KV over a window of steps, one panel per router: a line per worker and the +-1 sigma band."""
+    traces = {k: v for k, v in traces.items() if len(v)}
+    if not traces:
+        return
+    cols = 2
+    rows = (len(traces) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.3 * rows), sharex=True, sharey=True, squeeze=False)
+    for ax, (name, kv) in zip(axes.ravel(), traces.items()):
+        x = np.arange(kv.shape[0])
+        ax.plot(x, kv / 1e3, lw=0.5, alpha=0.6)
+        mu, sd = kv.mean(axis=1) / 1e3, kv.std(axis=1) / 1e3
+        ax.fill_between(x, mu - sd, mu + sd, color="k", alpha=0.15, lw=0)
+        ax.set_title(f"{name}: mean max-min {np.mean(kv.max(1) - kv.min(1)) / 1e3:.1f}k", fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(traces):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("worker KV (k tokens)")
+    for ax in axes[-1]:
+        ax.set_xlabel("decode step")
+    fig.suptitle(f"per-worker KV load ({title}); grey: mean +- 1 sigma", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
