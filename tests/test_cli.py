@@ -42,7 +42,7 @@ def test_any_workload_can_be_a_trace(tmp_path, fmt):
     path.write_text("\n".join(lines) + "\n")
     out = tmp_path / "run"
     p = run("pdgym-sim", "scenario=ds_v3_h800_3p1d", f"workload.trace={path}", "workload.rate=20",
-            "workload.num_requests=40", f"hydra.run.dir={out}")
+            "workload.trace_arrivals=recorded", "workload.num_requests=40", f"hydra.run.dir={out}")
     assert p.returncode == 0, p.stderr
     req = __import__("pandas").read_csv(out / "requests.csv")
     assert sorted(req.prompt) == sorted(r[1] for r in rows)
@@ -104,3 +104,19 @@ def test_repro_md1_check(tmp_path):
 def test_repro_unknown_name_is_one_line(tmp_path):
     p = run("pdgym-repro", "no_such_repro", cwd=tmp_path)
     assert p.returncode == 2 and "md1_check" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_seeds_give_distinct_replicates_on_a_trace_scenario(tmp_path):
+    """decode_tier_n16 replays azure_conv: seeds 1 and 2 re-draw its arrival times (same rows)."""
+    import pandas as pd
+
+    reqs = {}
+    for seed in (1, 2, 1):
+        out = tmp_path / f"s{seed}"
+        p = run("pdgym-sim", "scenario=decode_tier_n16", f"seed={seed}", "workload.num_requests=300", "plots=false",
+                f"hydra.run.dir={out}")
+        assert p.returncode == 0, p.stderr
+        reqs[seed] = (out / "requests.csv").read_bytes()
+    assert reqs[1] != reqs[2]
+    a, b = (pd.read_csv(tmp_path / f"s{s}" / "requests.csv") for s in (1, 2))
+    assert list(a.prompt) == list(b.prompt) and not a.arrival.equals(b.arrival)

@@ -208,25 +208,68 @@ def test_trace_replay_azure_conv():
     ts = pd.to_datetime(raw["TIMESTAMP"], format="mixed")
     secs = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     with pytest.warns(WorkloadWarning, match="only 19366 rows"):
-        w = wl(num_requests=50_000, trace="azure_conv", arrival="trace", rate=None)
+        w = wl(num_requests=50_000, trace="azure_conv", arrival="trace", rate=None, trace_arrivals="recorded")
     assert w.n == 19366
     np.testing.assert_array_equal(w.prompt, raw["ContextTokens"].to_numpy())
     np.testing.assert_array_equal(w.output, raw["GeneratedTokens"].to_numpy())
     np.testing.assert_allclose(w.arrival, secs, atol=1e-6)
     # held-out slice
-    w = wl(num_requests=500, trace="azure_conv", trace_offset=1000, arrival="trace", rate=None)
+    w = wl(num_requests=500, trace="azure_conv", trace_offset=1000, arrival="trace", rate=None,
+           trace_arrivals="recorded")
     assert w.n == 500 and w.arrival[0] == 0.0
     np.testing.assert_array_equal(w.prompt, raw["ContextTokens"].to_numpy()[1000:1500])
     np.testing.assert_allclose(w.arrival, secs[1000:1500] - secs[1000], atol=1e-6)
 
 
 def test_trace_rescaling():
-    w = wl(num_requests=5000, trace="azure_conv", arrival="trace", rate=20.0)
+    w = wl(num_requests=5000, trace="azure_conv", arrival="trace", rate=20.0, trace_arrivals="recorded")
     assert mean_rate(w.arrival) == pytest.approx(20.0, rel=1e-9)
+    w = wl(num_requests=5000, trace="azure_conv", arrival="trace", rate=20.0)  # re-drawn: Poisson around 20/s
+    assert mean_rate(w.arrival) == pytest.approx(20.0, rel=0.05)
     native = wl(num_requests=5000, trace="azure_conv", arrival="trace", rate=None).arrival
     np.testing.assert_allclose(w.arrival / w.arrival[-1], native / native[-1])  # same shape, new speed
     half = wl(num_requests=5000, trace="azure_conv", arrival="trace", time_scale=0.5).arrival
     np.testing.assert_allclose(half, native * 0.5)  # time_scale wins over rate
+
+
+def counts_dispersion(t: np.ndarray, window_s: float) -> float:
+    c = np.bincount((t // window_s).astype(np.int64))
+    return float(c.var() / c.mean())
+
+
+def test_seed_redraws_trace_arrivals_around_the_recorded_rate_curve():
+    """Seeds give distinct replicates of one trace window: same rows, new times, same burstiness."""
+    rec = wl(num_requests=19366, trace="azure_conv", arrival="trace", rate=None, trace_arrivals="recorded")
+    a, b = (wl(seed, num_requests=19366, trace="azure_conv", arrival="trace", rate=None) for seed in (1, 2))
+    np.testing.assert_array_equal(a.prompt, rec.prompt)
+    np.testing.assert_array_equal(a.output, b.output)
+    assert a.arrival[0] == 0.0 and (np.diff(a.arrival) >= 0).all()
+    assert np.abs(a.arrival - b.arrival).mean() > 1.0  # different times, not a rounding difference
+    for w in (a, b):
+        assert w.arrival[-1] == pytest.approx(rec.arrival[-1], rel=0.05)  # Poisson around the recorded span
+        # the recorded slow rate swings survive (count dispersion 20.6 per 60 s; a flat Poisson gives 1)
+        assert 12 < counts_dispersion(w.arrival, 60.0) < 30
+        assert counts_dispersion(w.arrival, 0.1) == pytest.approx(counts_dispersion(rec.arrival, 0.1), abs=0.1)
+        # and where the trace is busy the replay is busy: per-minute counts follow the recorded ones
+        n = int(rec.arrival[-1] // 60)
+        c_rec = np.bincount((rec.arrival // 60).astype(int))[:n]
+        c = np.bincount((w.arrival // 60).astype(int), minlength=n)[:n]
+        assert np.corrcoef(c_rec, c)[0, 1] > 0.8
+    # the same seed is the same replicate
+    np.testing.assert_array_equal(a.arrival, wl(1, num_requests=19366, trace="azure_conv", arrival="trace",
+                                               rate=None).arrival)
+
+
+def test_numeric_timestamps_are_seconds_and_rate_null_replays_them(tmp_path):
+    p = tmp_path / "secs.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,5\n1.5,11,6\n3.0,12,7\n")
+    np.testing.assert_allclose(load_trace(str(p))["arrival_s"], [0.0, 1.5, 3.0])
+    w = wl(num_requests=3, trace=str(p), arrival="poisson", rate=None, trace_arrivals="recorded")
+    np.testing.assert_allclose(w.arrival, [0.0, 1.5, 3.0])
+    d = tmp_path / "dates.csv"
+    d.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,10,5\n"
+                 "2023-11-16 18:15:48,11,6\n")
+    np.testing.assert_allclose(load_trace(str(d))["arrival_s"], [0.0, 1.5])
 
 
 def test_trace_lengths_with_generated_arrivals():
@@ -254,7 +297,7 @@ def test_vidur_without_times(tmp_path):
     q = tmp_path / "timed.csv"
     pd.DataFrame({"num_decode_tokens": [5, 6, 7], "arrived_at": [10.0, 10.5, 12.0],
                   "num_prefill_tokens": [1, 2, 3]}).to_csv(q, index=False)
-    t = wl(num_requests=3, trace=str(q), arrival="trace", rate=None)
+    t = wl(num_requests=3, trace=str(q), arrival="trace", rate=None, trace_arrivals="recorded")
     np.testing.assert_allclose(t.arrival, [0.0, 0.5, 2.0])
     np.testing.assert_array_equal(t.output, [5, 6, 7])
 
@@ -361,7 +404,9 @@ CONFIG_ERRORS = [
     ({"arrival": "trace"}, "workload.trace", "arrival=trace needs a trace"),
     ({"trace": "azure_conv", "trace_offset": 19366}, "workload.trace_offset", "19366 rows"),
     ({"trace": "azure_conv", "arrival": "trace", "time_scale": 0.0}, "workload.time_scale", "> 0"),
-    ({"trace": "azure_conv", "rate": None}, "workload.rate", "needs rate"),
+    ({"rate": None}, "workload.rate", "needs rate"),
+    ({"trace_arrivals": "bootstrap"}, "workload.trace_arrivals", "allowed: redraw, recorded"),
+    ({"trace_rate_rows": 0}, "workload.trace_rate_rows", ">= 1"),
     ({"trace": "azure_conv", "phases": [WorkloadPhase()]}, "workload.phases", "workload.trace"),
     ({"arrival": "bogus"}, "workload.arrival", "allowed"),
     ({"arrival": "steps", "steps": [[0, 1.0], [0, 2.0]]}, "workload.steps[1]", "sorted"),

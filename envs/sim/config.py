@@ -78,15 +78,23 @@ class WorkloadConfig:
     output: LengthConfig = field(default_factory=lambda: LengthConfig(mean=128))
     trace: str | None = None  # CSV path or shipped name (azure_conv, azure_code, splitwise_conv)
     trace_offset: int = 0  # first trace row used (for held-out splits)
+    # How a seed varies a trace replay (workload.py docstring): redraw = arrival times re-drawn by the
+    # seed around the trace's own rate curve; recorded = the recorded times (every seed identical).
+    trace_arrivals: str = "redraw"
+    trace_rate_rows: int = 32  # redraw: rows per piece of the trace's rate curve (32 keeps its burstiness)
     time_scale: float | None = None  # multiply trace inter-arrival times by this (alternative to rate)
     prefix_groups: int = 0  # > 0: each request gets a prefix key in [0, prefix_groups) ...
     prefix_frac: float = 0.5  # ... that covers this fraction of its prompt
     prefix_zipf: float = 0.0  # > 0: prefix keys Zipf-distributed with this exponent (0: uniform)
     phases: list[WorkloadPhase] | None = None  # concatenated segments (distribution shift)
 
+    TRACE_ARRIVALS = ("redraw", "recorded")
+
     def validate(self, key: str = "workload") -> None:
         check(int(self.num_requests) >= 1, f"{key}.num_requests", f"got {self.num_requests}; must be >= 1")
-        if self.arrival not in ("closed", "trace"):
+        check_choice(self.trace_arrivals, f"{key}.trace_arrivals", self.TRACE_ARRIVALS)
+        check(int(self.trace_rate_rows) >= 1, f"{key}.trace_rate_rows", f"got {self.trace_rate_rows}; must be >= 1")
+        if self.arrival not in ("closed", "trace") and self.trace is None:
             check(isinstance(self.rate, (int, float)) and self.rate > 0, f"{key}.rate",
                   f"got {self.rate!r}; arrival={self.arrival} needs rate > 0 (rate: null only replays a trace's times)")
         if self.arrival == "trace":

@@ -35,10 +35,24 @@ num_prefill_tokens,num_decode_tokens[,arrived_at]):
       requests and a `WorkloadWarning` (no wrap-around, so no request is replayed twice);
     * prompt / output lengths come from the trace; `workload.prompt` / `workload.output` are ignored;
     * a trace with times replays them (whatever open-loop `arrival` says: `workload.trace=PATH`
-      replaces the whole workload), relative to the first replayed row. `time_scale`, if set,
-      multiplies every inter-arrival time; otherwise, if `rate` is set (not null), the times are
-      rescaled so that the mean rate (n - 1) / span equals `rate`. Replay at native speed with
-      `rate: null` (or `time_scale: 1.0`);
+      replaces the whole workload, and `rate: null` is then allowed with any arrival), relative to
+      the first replayed row. `time_scale`, if set, multiplies every inter-arrival time; otherwise,
+      if `rate` is set (not null), the times are rescaled so that the recorded mean rate
+      (n - 1) / span equals `rate`. Native speed: `rate: null` (or `time_scale: 1.0`);
+    * the seed (`trace_arrivals: redraw`, the default) re-draws the arrival times; the rows, hence
+      every prompt / output length and its order, stay those of the window. The recorded times
+      define a rate curve, piecewise constant over every `trace_rate_rows` rows (the cumulative
+      count Lambda(t) interpolated linearly through (t[jK], jK)); the replay is a Poisson process
+      on that curve (arrival i at Lambda^-1(E_1 + ... + E_i), E ~ Exp(1), the first at 0; beyond
+      the last row at the window's mean rate). K = 32 keeps the recorded burstiness: on the full
+      azure_conv trace the variance / mean of arrivals counted per 0.1 / 1 / 10 / 60 s is
+      1.06 / 1.39 / 4.0 / 20.6 recorded and 1.05 / 1.47 / 4.6 / 19 re-drawn (seeds 1, 2; K = 8
+      over-disperses short windows, 1.88 per second, K = 64 flattens the minutes). Seeds therefore give distinct replicates of the same
+      traffic. The window itself is chosen by `trace_offset` (conf/splits gives each run of a
+      train / val / test split its own rows, so splits stay disjoint whatever the seed).
+      `trace_arrivals: recorded` replays the recorded times exactly (every seed identical);
+    * a numeric TIMESTAMP column is seconds (Azure traces export seconds since the start); any
+      other TIMESTAMP is parsed as date-times;
     * a trace without times (vidur without arrived_at) gets arrivals from the configured process
       (arrival=trace falls back to Poisson at `rate`, with a warning); `time_scale` is then unused;
     * closed loop uses only the trace's lengths. To draw trace lengths under another arrival
@@ -177,12 +191,12 @@ def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
     bad = ~np.isfinite(vals)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(f"{key}: non-numeric or missing value {df[col].iloc[i]!r} in column {col} at line "
+        raise ConfigError(f"{key}: non-numeric or missing value {_plain(df[col].iloc[i])} in column {col} at line "
                           f"{i + 2}; token counts must be integers >= 1")
     bad = vals != np.round(vals)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(f"{key}: non-integer length {vals[i]!r} in column {col} at line {i + 2}; "
+        raise ConfigError(f"{key}: non-integer length {_plain(vals[i])} in column {col} at line {i + 2}; "
                           "token counts must be integers >= 1")
     bad = vals < 1
     if bad.any():
@@ -203,6 +217,37 @@ def _check_times(t: np.ndarray, col: str, key: str) -> None:
                           "rows must be sorted by time")
 
 
+def _timestamp_seconds(col: pd.Series, key: str) -> np.ndarray:
+    """Azure TIMESTAMP as seconds since the first row: numbers are seconds, anything else date-times."""
+    num = pd.to_numeric(col, errors="coerce")
+    if num.notna().any() and num.notna().sum() == col.notna().sum():  # every given value is a number
+        t = num.to_numpy(dtype=np.float64, na_value=np.nan)
+        return t - t[0]
+    try:
+        ts = pd.to_datetime(col, format="mixed", utc=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ConfigError(f"{key}: cannot parse column TIMESTAMP as seconds or date-times: {_first_line(exc)}") from None
+    if ts.isna().any():
+        i = int(np.argmax(ts.isna().to_numpy()))
+        raise ConfigError(f"{key}: missing or invalid time in column TIMESTAMP at line {i + 2}")
+    return (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception message, cut to `limit` characters (a one-line file is one 'line')."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= limit else first[:limit] + "..."
+
+
+def _plain(v) -> str:
+    """A cell value as a user wrote it (no np.float64(...) wrappers), cut to 40 characters."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    text = "empty" if v is None or (isinstance(v, float) and math.isnan(v)) else repr(v)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
 @functools.lru_cache(maxsize=16)
 def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> _Trace:
     del mtime_ns, size  # cache key only: a rewritten file is read again
@@ -210,9 +255,8 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> _Trace:
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{key}: empty trace {path!r} (no header, no rows)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{key}: cannot parse {path!r} as CSV: {first}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, EOFError, OSError) as exc:
+        raise ConfigError(f"{key}: cannot read {path!r} as CSV ({type(exc).__name__}: {_first_line(exc)})") from None
     df.columns = [str(c).strip() for c in df.columns]
     cols = set(df.columns)
     if all(c in cols for c in _AZURE_COLS):
@@ -222,21 +266,15 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> _Trace:
     else:
         want = _VIDUR_COLS if (cols & set(_VIDUR_COLS)) and not (cols & set(_AZURE_COLS)) else _AZURE_COLS
         missing = ",".join(c for c in want if c not in cols)
-        raise ConfigError(f"{key}: missing columns {missing}; {_FORMATS}; file has {','.join(df.columns)}")
+        header = ",".join(df.columns)
+        header = header if len(header) <= 120 else header[:120] + "..."
+        raise ConfigError(f"{key}: missing columns {missing}; {_FORMATS}; file has {header}")
     if len(df) == 0:
         raise ConfigError(f"{key}: empty trace {path!r} (header only, no data rows)")
     if fmt == "azure":
         prompt = _int_column(df, "ContextTokens", key)
         output = _int_column(df, "GeneratedTokens", key)
-        try:
-            ts = pd.to_datetime(df["TIMESTAMP"], format="mixed", utc=True)
-        except (ValueError, TypeError, OverflowError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"{key}: cannot parse column TIMESTAMP as date-times: {first}") from None
-        if ts.isna().any():
-            i = int(np.argmax(ts.isna().to_numpy()))
-            raise ConfigError(f"{key}: missing or invalid time in column TIMESTAMP at line {i + 2}")
-        times = (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+        times = _timestamp_seconds(df["TIMESTAMP"], key)
         _check_times(times, "TIMESTAMP", key)
     else:
         prompt = _int_column(df, "num_prefill_tokens", key)
@@ -528,8 +566,9 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     closed = cfg.arrival == "closed"
     arrival = None
     if not closed and tr.times is not None:
-        arrival = tr.times[off:off + n] - tr.times[off]
-        span = float(arrival[-1])
+        recorded = tr.times[off:off + n] - tr.times[off]
+        span = float(recorded[-1])
+        arrival = recorded if cfg.trace_arrivals == "recorded" else _redraw(recorded, int(cfg.trace_rate_rows), rng)
         if cfg.time_scale is not None:
             arrival = arrival * float(cfg.time_scale)
         elif cfg.rate is not None and n >= 2 and span > 0:
@@ -548,3 +587,19 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
                     concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,
                     think_s=float(cfg.think_s) if closed else 0.0)
+
+
+def _redraw(recorded: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Poisson arrivals on the rate curve of `recorded` (piecewise constant over every k rows; docstring)."""
+    n = recorded.shape[0]
+    if n < 2 or recorded[-1] <= 0:
+        return recorded.copy()
+    idx = np.arange(0, n, k)
+    if idx[-1] != n - 1:
+        idx = np.append(idx, n - 1)
+    knots_t, knots_count = recorded[idx], idx.astype(np.float64)
+    s = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0, size=n - 1))])
+    out = np.interp(s, knots_count, knots_t)
+    beyond = s > knots_count[-1]
+    out[beyond] = knots_t[-1] + (s[beyond] - knots_count[-1]) * (knots_t[-1] / knots_count[-1])
+    return out
