@@ -210,8 +210,8 @@ def timeline(passes, path: Path, windows: dict[str, tuple[float, float]] | None 
     windows = windows or default_windows(passes)
     kinds = [k for k in windows if any(p.kind == k for p in passes)]
     rows = {k: sorted({(p.inst, u) for p in passes if p.kind == k for u in range(len(p.busy))}) for k in kinds}
-    heights = [max(len(rows[k]), 4) for k in kinds]
-    fig, axes = plt.subplots(len(kinds), 1, figsize=(11, 0.5 + 0.14 * sum(heights) + 0.9 * len(kinds)),
+    heights = [max(len(rows[k]), 6) for k in kinds]
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(11, 0.5 + 0.15 * sum(heights) + 0.9 * len(kinds)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     colors = {"prefill": "tab:blue", "decode": "tab:orange", "colocated": "tab:green"}
     for ax, kind in zip(axes[:, 0], kinds):
@@ -224,7 +224,8 @@ def timeline(passes, path: Path, windows: dict[str, tuple[float, float]] | None 
             ax.broken_barh(busy[r], (r - 0.42, 0.84), facecolors=c, lw=0)
         insts = sorted({i for i, _ in rows[kind]})
         ticks = [np.mean([row_of[k] for k in rows[kind] if k[0] == i]) for i in insts]
-        ax.set_yticks(ticks, [f"{kind} {i}\n(DP {sum(1 for k in rows[kind] if k[0] == i)})" for i in insts], fontsize=8)
+        dps = {i: sum(1 for k in rows[kind] if k[0] == i) for i in insts}
+        ax.set_yticks(ticks, [f"{kind} {i}{chr(10) if dps[i] > 2 else ' '}(DP {dps[i]})" for i in insts], fontsize=8)
         for i in insts[1:]:
             ax.axhline(min(row_of[k] for k in rows[kind] if k[0] == i) - 0.5, color="k", lw=0.6)
         ax.set_ylim(len(row_of) - 0.5, -0.5)

@@ -137,7 +137,7 @@ def test_idle_slices_fill_exactly_the_gaps():
     by_track = unit_slices(tr)
     for track in by_track.values():  # on a unit, pass slices and idle slices never overlap
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in track)
-        assert all(a[1] <= b[0] + 2e-3 for a, b in zip(spans, spans[1:]))
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
 
 
 def test_recorder_clips_float_noise_and_busy_follows_the_barrier():
