@@ -125,24 +125,25 @@ def _pass_segments(t: np.ndarray, dur: np.ndarray, y: np.ndarray) -> tuple[np.nd
     return xs, ys
 
 
-def instance_timeseries(steps: pd.DataFrame, path: Path, kind_names: dict[int, str], title: str = "") -> Path | None:
-    """Per-instance time series from the step table, one panel per quantity: prefill tokens per pass,
+def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    """Per-instance time series from the step table as steps.csv holds it (pass kinds by name),
+    one panel per quantity: prefill tokens per pass,
     decode batch (requests), KV tokens per DP unit (max, and min dashed), utilisation (chunk
     or batch slots) and barrier idle. Each pass holds its value over [t, t + dur]; lines break
     where the instance sat idle."""
     if not len(steps):
         return None
-    s = steps.assign(role=steps.kind.map(kind_names))
+    s = steps
     panels = [
-        ("prefill tokens / pass", s.role != "decode", lambda g: g.tokens - np.where(g.role == "colocated", g.reqs, 0)),
-        ("decode batch (requests)", s.role != "prefill", lambda g: g.reqs),
-        ("KV tokens per DP unit\n(max; min dashed)", s.role != "prefill", lambda g: g.kv_max),
-        ("utilisation\n(chunk or batch slots)", s.role.notna(), lambda g: g.util),
-        ("barrier idle_frac\n(steps table)", s.role.notna(), lambda g: g.idle_frac),
+        ("prefill tokens / pass", s.kind != "decode", lambda g: g.tokens - np.where(g.kind == "colocated", g.reqs, 0)),
+        ("decode batch (requests)", s.kind != "prefill", lambda g: g.reqs),
+        ("KV tokens per DP unit\n(max; min dashed)", s.kind != "prefill", lambda g: g.kv_max),
+        ("utilisation\n(chunk or batch slots)", s.kind.notna(), lambda g: g.util),
+        ("barrier idle_frac\n(steps table)", s.kind.notna(), lambda g: g.idle_frac),
     ]
     panels = [p for p in panels if p[1].any()]
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.9 * len(panels) + 0.6), sharex=True, squeeze=False)
-    groups = list(s.groupby(["role", "inst"], sort=False))
+    groups = list(s.groupby(["kind", "inst"], sort=False))
     colors = {key: plt.get_cmap("tab10")(i % 10) for i, (key, _) in enumerate(groups)}
     for ax, (ylabel, mask, value) in zip(axes[:, 0], panels):
         for (role, inst), g in groups:

@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 from pdgym.agents import plots
 from pdgym.agents.trace import PassRecord, write_trace
-from pdgym.envs.sim.cluster import PASS_COLOCATED, PASS_DECODE, PASS_PREFILL
 
-KIND_NAMES = {PASS_PREFILL: "prefill", PASS_DECODE: "decode", PASS_COLOCATED: "colocated"}
 PERCENTILES = np.append(np.arange(0, 101), 99.9)
 
 
@@ -45,7 +43,7 @@ def write_latency_cdfs(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]
 
 def write_run_views(result, out: Path, passes: list[PassRecord] | None = None, title: str = "") -> list[Path]:
     """One run's time series, and with `passes` its trace and timeline, in `out`."""
-    written = [plots.instance_timeseries(result.steps, out / "instance_timeseries.png", KIND_NAMES, title)]
+    written = [plots.instance_timeseries(result.step_table(), out / "instance_timeseries.png", title)]
     if passes is not None:
         meta = {"title": title, "seed": result.seed}
         written.append(write_trace(out / "trace.json", passes, result.requests, meta=meta))

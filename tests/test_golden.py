@@ -87,7 +87,7 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
     return {
         "metrics": _digest(json.dumps(metrics, sort_keys=True, default=str)),
         "requests": _digest(res.requests.to_csv(index=False)),
-        "steps": _digest(res.steps.to_csv(index=False)),
+        "steps": _digest(res.step_table().to_csv(index=False)),
         "finished": metrics["finished"],
         "rejected": metrics["rejected"],
     }

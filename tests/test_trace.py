@@ -192,3 +192,10 @@ def test_pdgym_sim_writes_cdfs_and_time_series_per_policy_set(tmp_path):
         p50 = cdf[(cdf.policy_set == label) & (cdf.percentile == 50)].iloc[0]
         assert p50.ttft == pytest.approx(fin.ttft.median()) and p50.e2e == pytest.approx(fin.e2e.median())
         assert p50.sched_delay == pytest.approx((fin.sched_queue + fin.device_queue).median())
+    steps = pd.read_csv(out / "steps.csv")  # pass kinds by name; the summary still reads the right passes
+    assert set(steps.kind) == {"prefill", "decode"}
+    m = json.loads((out / "metrics.json").read_text())
+    dec = steps[steps.kind == "decode"]
+    assert m["imbalance_mean"] == pytest.approx((dec.kv_max - dec.kv_min).mean()) and m["imbalance_mean"] > 0
+    pre = steps[(steps.kind != "decode") & (steps.util > 0)]
+    assert m["chunk_util_mean"] == pytest.approx(pre.util.mean())

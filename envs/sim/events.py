@@ -1,7 +1,8 @@
 """What a run is made of: the kinds of event the engine dispatches and the kinds of pass it records.
 
 Both are IntEnums so heap entries and the `kind` column of the step table stay plain
-integers (cheap to compare, stable in steps.csv) while code names them.
+integers (cheap to compare) while code names them; steps.csv spells pass kinds out
+(metrics.SimResult.step_table).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from . import requests as R
 from .events import PassKind
 
 STEP_COLUMNS = ("t", "dur", "kind", "inst", "tokens", "reqs", "kv_max", "kv_min", "idle_frac", "util")
+PASS_KIND_NAMES = {int(k): k.name.lower() for k in PassKind}  # how steps.csv spells the kind column
 SUMMARY_KEYS = (
     "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
     "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
@@ -146,8 +147,13 @@ class SimResult:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "metrics.json", self.metrics())
         self.requests.to_csv(out / "requests.csv", index=False)
-        self.steps.to_csv(out / "steps.csv", index=False)
+        self.step_table().to_csv(out / "steps.csv", index=False)
         return out
+
+    def step_table(self) -> pd.DataFrame:
+        """The step table as steps.csv holds it: pass kinds by name (prefill, decode, colocated).
+        In memory `steps.kind` stays a PassKind value, cheap to compare."""
+        return self.steps.assign(kind=self.steps.kind.map(PASS_KIND_NAMES))
 
 
 def json_safe(obj):
