@@ -15,9 +15,11 @@ flow control either rejects it (reason "flow_control") or throttles new arrivals
 are held out of allocation until the starving requests are placed).
 
 `CapacityModel` is what the scheduler knows, no more: the tokens it dispatched that no
-EndForward has acknowledged yet (U_flight, its own bookkeeping), the device-queue tokens
-the last EndForward or quiescence poll reported (R_queued), and the sliding window of
-forward times SBS's interval control reads.
+EndForward has acknowledged yet (U_flight, its own bookkeeping), the tokens each DP unit
+still had to process when its last EndForward was sent (R_queued: the signal's payload,
+SBS Fig. 5; a long prompt's next chunks count), and the sliding window of forward times
+SBS's interval control reads. From the payload and an offline profile of the pass time it
+also predicts when an instance that is still working will be free (`busy_until`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class CapacityModel:
         self.last_fwd = np.full(n, math.nan)
         self.last_end = np.full(n, -math.inf)  # time of the last EndForward
         self.last_dispatch = np.full(n, -math.inf)
+        self.busy_until = np.full(n, -math.inf)  # predicted end of the work the last EndForward reported
+        self.form_s = sim.cfg.cluster.prefill.batch_form_s  # the engine's batch-forming step (config)
+        self.profile = P0.cost
         self.net = sim.cfg.cluster.net_latency_s
         full = np.full(dp, float(P0.chunk_tokens))
         z = np.zeros(dp)
@@ -94,12 +99,35 @@ class CapacityModel:
         now = sim.now
         self.last_fwd[inst] = fwd
         self.last_end[inst] = now
-        self.r_queued[inst] = sim.prefill[inst].queued_tokens
+        left = sim.prefill[inst].reported  # the EndForward payload: tokens left per DP unit
+        self.r_queued[inst] = left
+        self.busy_until[inst] = now + self.time_to_drain(left)
         fl, uf = self.flight[inst], self.u_flight[inst]
         while fl and fl[0][0] <= now:
             _, d, tok = fl.popleft()
             uf[d] -= tok
         self.acked[inst] = not fl  # a dispatch still on the wire is not acknowledged by this pass's end
+
+    def time_to_drain(self, left: np.ndarray) -> float:
+        """Offline-profile estimate of how long an instance needs for `left` tokens per unit (0 if none):
+        the batch-forming step, then one pass per chunk of the fullest unit."""
+        if not left.any():
+            return 0.0
+        chunk = int(self.chunk[0, 0])
+        t = 0.0
+        rest = left.astype(np.float64)
+        while rest.any():
+            take = np.minimum(rest, chunk)
+            z = np.zeros_like(take)
+            t += (self.form_s if (take < chunk).any() else 0.0) + self.profile.pass_time(take, take * take / 2, z, z)
+            rest -= take
+        return t
+
+    def in_form_window(self, inst: int, now: float) -> bool:
+        """A release sent now reaches the instance inside its batch-forming step (joins the next pass)."""
+        left = self.r_queued[inst]
+        return (bool(left.any()) and bool((left < self.chunk[inst]).any())
+                and now + self.net < self.last_end[inst] + self.form_s)
 
     def poll(self, sim, inst: int) -> bool:
         """Quiescence poll: True (and the unit state is reset) if the instance answers with task depth zero."""
@@ -115,6 +143,7 @@ class CapacityModel:
         self.r_queued[inst] = 0
         self.flight[inst].clear()
         self.acked[inst] = True
+        self.busy_until[inst] = -math.inf
 
     def expected_free(self, inst: int, now: float) -> float:
         """Seconds until the instance is expected to report its pass end (0 if it already did)."""

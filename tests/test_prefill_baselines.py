@@ -328,7 +328,9 @@ def test_sbs_cuts_mean_ttft_by_moving_the_queue_off_the_device():
 def test_pbaa_packs_passes_better_than_round_robin_over_dp_units():
     on = [simulate(scenario(200, 4000), {"prefill": SBS(overload="throttle")}, s).summary() for s in (0, 1)]
     off = [simulate(scenario(200, 4000), {"prefill": SBS(allocation="round_robin")}, s).summary() for s in (0, 1)]
-    assert np.mean([m["ttft_mean"] for m in on]) < 0.5 * np.mean([m["ttft_mean"] for m in off])
+    # (strict order: on / off about 0.4; with next_ready a slow instance is skipped, so a badly packed pass
+    # costs less: about 0.6)
+    assert np.mean([m["ttft_mean"] for m in on]) < 0.75 * np.mean([m["ttft_mean"] for m in off])
     assert np.mean([m["device_queue_s"] for m in on]) < np.mean([m["device_queue_s"] for m in off])
 
 
@@ -343,7 +345,7 @@ class Recording(SBS):
 
 
 def test_sbs_staggers_releases_round_robin_at_the_adaptive_interval():
-    pol = Recording()
+    pol = Recording(order="strict")
     sim = Simulator(scenario(120, 1500), {"prefill": pol}, 0)
     sim.run()
     t, target, interval = map(np.array, zip(*pol.targets))

@@ -122,7 +122,7 @@ class Simulator:
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
         dcost = build_cost_model(cost_cfg, hw, model, d)
-        self.prefill = [PrefillInstance(i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries)
+        self.prefill = [PrefillInstance(i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s)
                         for i in range(n_prefill)]
         kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d, key="cluster.decode")
         self.decode = [DecodeInstance(i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
@@ -552,8 +552,14 @@ class Simulator:
             P.depth -= 1
             self._prefill_done(rid)
         P.completing = []
+        P.reported[:] = P.queued_tokens  # the EndForward payload: work left on each unit
         if P.queued_tokens.any():
-            self._prefill_start(P)
+            if P.batch_form_s > 0 and (P.queued_tokens < P.chunk_tokens).any():
+                # batch-forming step: a release sent on this EndForward reaches the idle units in time
+                self._start_pending.add((PF_START, inst))
+                self._push(self.now + P.batch_form_s, PF_START, inst)
+            else:
+                self._prefill_start(P)
         drop = self.cfg.faults.drop_end_forward
         if drop > 0 and self._fault_rng.random() < drop:
             self.dropped_signals += 1

@@ -147,6 +147,9 @@ class InstanceConfig:
     kv_capacity_tokens: int | None = None  # per DP unit; None = derived from HBM left after weights
     mem_util: float = 0.9  # fraction of HBM usable for weights + KV when kv_capacity_tokens is None
     prefix_cache_entries: int = 0  # per-DP LRU prefix cache size (prefix keys); 0 = off
+    # prefill: after a pass that leaves work queued (a long prompt's next chunk), hold the next pass this long so
+    # a batch the scheduler releases on the EndForward joins its idle DP units (> net_latency_s to catch it); 0 = off
+    batch_form_s: float = 0.0
 
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
@@ -158,6 +161,7 @@ class InstanceConfig:
                   f"got {self.kv_capacity_tokens}; must be >= 1 (or null to derive it from HBM)")
         check(0 < self.mem_util <= 1, f"{key}.mem_util", f"got {self.mem_util}; allowed (0, 1]")
         check(self.prefix_cache_entries >= 0, f"{key}.prefix_cache_entries", "must be >= 0")
+        check_positive(self.batch_form_s, f"{key}.batch_form_s", allow_zero=True)
 
 
 @dataclass

@@ -53,7 +53,7 @@ class PrefillInstance:
     `chunk_tokens` tokens per unit from its queue head (long prompts span several passes).
     """
 
-    def __init__(self, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int):
+    def __init__(self, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int, batch_form_s: float = 0.0):
         self.idx = idx
         self.dp = dp
         self.chunk_tokens = chunk_tokens
@@ -65,6 +65,8 @@ class PrefillInstance:
         self.queued_tokens = np.zeros(dp, dtype=np.int64)  # R_queued: on the device, not in a pass
         self.inflight_tokens = np.zeros(dp, dtype=np.int64)  # dispatched, still on the wire
         self.running_tokens = np.zeros(dp, dtype=np.int64)  # tokens of the pass in progress
+        self.reported = np.zeros(dp, dtype=np.int64)  # EndForward payload: tokens left per unit at the pass end
+        self.batch_form_s = batch_form_s  # hold before a pass that continues queued work (config.py)
         self.depth = 0  # requests on the wire, queued or in the pass
         self.pass_start = 0.0
         self.pass_end = 0.0
