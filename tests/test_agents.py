@@ -5,7 +5,6 @@ hundred environment steps on a few hundred requests."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -92,10 +91,10 @@ def test_extractor_layout_errors_are_one_line():
 
 
 # --------------------------------------------------------------------------- statistics and splits
-def test_interval_is_the_student_t_interval():
+def test_interval_is_a_bootstrap_interval_inside_the_values():
     s = E.interval([1.0, 2.0, 3.0, float("nan")])
     assert s["n"] == 3 and s["mean"] == pytest.approx(2.0) and s["std"] == pytest.approx(1.0)
-    assert s["ci_high"] - 2.0 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert 1.0 <= s["ci_low"] < 2.0 < s["ci_high"] <= 3.0
     one = E.interval([5.0])
     assert one["ci_low"] == one["ci_high"] == 5.0
 

@@ -1,24 +1,32 @@
-"""Leaderboard: a tiny board (two scenarios, two seeds, baselines + one trained agent) written as CSV /
-Markdown / self-contained HTML with plots; the page checked in headless Chromium when it is installed."""
+"""Evaluation and leaderboard: bounded runs, paired statistics on common random numbers, regime checks,
+alias merging, dated boards, bad input; a tiny board (two scenarios, two seeds, baselines + one trained
+agent) written as CSV / Markdown / self-contained HTML with plots, rendered in headless Chromium when
+it is installed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from pdgym.agents.common import sim_config_from
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation import leaderboard as L
 from pdgym.agents.training.train import train_from_overrides
+from pdgym.baselines import make_policies
+from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import DecodeRouter, simulate
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
-def tiny_config(out: Path, agents: list[dict]) -> dict:
+def tiny_config(out: Path, agents: list[dict] | None = None, **extra) -> dict:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -27,9 +35,10 @@ def tiny_config(out: Path, agents: list[dict]) -> dict:
     with initialize_config_module("pdgym.conf", version_base=None):
         cfg = compose(config_name="leaderboard", overrides=["preset=tiny", f"out_dir={out}"])
     data = OmegaConf.to_container(cfg, resolve=True)
-    data["agents"] = agents
-    data["scenarios"]["decode_azure_n16"]["baselines"] = ["least_kv", "jsq", "random"]
-    data["scenarios"]["decode_azure_n16"]["overrides"].append("max_sim_time_s=20")  # bounds an untrained agent
+    data["agents"] = agents or []
+    data["scenarios"]["decode_ht_n16"]["baselines"] = ["least_kv", "jsq", "random"]
+    data["scenarios"]["decode_ht_n16"]["overrides"].append("max_sim_time_s=20")  # bounds an untrained agent
+    data.update(extra)
     return data
 
 
@@ -42,16 +51,91 @@ def board(tmp_path_factory):
                           "wandb.mode=disabled", "progress=false", "max_segments=1"], root / "agent")
     out = root / "lb"
     summary = L.build(tiny_config(out, [{"label": "tiny_agent", "path": str(root / "agent")}]))
-    return out, summary
+    return Path(summary["out_dir"]), summary
 
 
+# --------------------------------------------------------------------------- statistics
+def test_interval_stays_inside_the_values_so_non_negative_metrics_keep_non_negative_bounds():
+    s = E.interval([0.0, 0.0, 0.0, 12.0, float("nan")])  # a Student-t interval would go below zero here
+    assert s["n"] == 4 and s["mean"] == pytest.approx(3.0)
+    assert 0.0 <= s["ci_low"] <= s["mean"] <= s["ci_high"] <= 12.0
+    assert E.interval([5.0])["ci_low"] == E.interval([5.0])["ci_high"] == 5.0
+
+
+def test_paired_ratio_sees_a_constant_ratio_through_seed_noise():
+    y = np.array([10.0, 200.0, 35.0, 4000.0])  # seeds differ by orders of magnitude ...
+    p = E.paired_ratio(1.1 * y, y)  # ... the policy is 10% above the reference on every seed
+    assert p["rel"] == pytest.approx(0.1) and p["ci_low"] == pytest.approx(0.1) and p["ci_high"] == pytest.approx(0.1)
+    assert E.interval(1.1 * y)["ci_low"] < E.interval(y)["ci_high"]  # unpaired intervals overlap
+
+
+def test_wording_follows_the_metric_direction():
+    worse = E.describe("imbalance_mean", "agent", "least_kv", {"rel": 0.272, "ci_low": 0.1, "ci_high": 0.4, "n": 5})
+    assert worse.startswith("agent is 27.2% worse than least_kv") and "lower is better" in worse
+    assert E.verdict("rps", 0.05, 0.01, 0.09) == "better" and E.verdict("ttft_mean", 0.05, 0.01, 0.09) == "worse"
+    assert E.verdict("rps", 0.05, -0.01, 0.09) == "no clear difference"
+
+
+# --------------------------------------------------------------------------- common random numbers, bounded runs
+def _raw(scenario: str, n: int) -> dict:
+    return load_scenario(scenario, [f"workload.num_requests={n}"]).raw
+
+
+def test_every_policy_sees_the_same_traffic_per_seed():
+    raw = _raw("ds_v3_h800_3p1d", 120)
+    split = E.default_splits()["test"]
+    tables = {}
+    for name in ("round_robin", "jsq", "sbs"):
+        for i in (0, 1):
+            out = E.run_one(raw, raw["policy"], E.resolve(name, "prefill"), split, i)
+            tables[name, i] = out.result.requests.sort_values("id")
+    cols = ["arrival", "prompt", "output"]
+    for i in (0, 1):
+        ref = tables["round_robin", i][cols].to_numpy()
+        for name in ("jsq", "sbs"):
+            np.testing.assert_array_equal(tables[name, i][cols].to_numpy(), ref)
+        assert not tables["jsq", i].ttft.equals(tables["sbs", i].ttft)  # the policies do differ
+    assert not np.array_equal(tables["round_robin", 0].arrival, tables["round_robin", 1].arrival)
+
+
+def test_heartbeat_pauses_leave_the_history_unchanged():
+    raw = _raw("decode_tier_n16", 300)
+    cfg = sim_config_from(raw)
+    sim = E.Simulator(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
+    seen = []
+    assert E.run_bounded(sim, None, lambda done, n: seen.append(done), heartbeat_s=0.0005) == ""
+    assert len(seen) > 2 and seen[-1] == 300 and seen == sorted(seen)
+    ref = simulate(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
+    assert E.SimResult(sim).requests.equals(ref.requests)
+
+
+class SkipForever(DecodeRouter):
+    """Admits nothing and polls every microsecond of simulated time: a run that never ends on its own."""
+
+    def reset(self, sim):
+        sim.set_timer(sim.now + 1e-6, "decode")
+
+    def on_timer(self, sim, tag):
+        sim.set_timer(sim.now + 1e-6, "decode")
+
+
+def test_a_router_that_skips_forever_is_stopped_by_the_wall_budget_and_says_why():
+    raw = _raw("decode_tier_n16", 200)
+    sim = E.Simulator(sim_config_from(raw), dict(make_policies(raw["policy"]), decode=SkipForever()), seed=0)
+    why = E.run_bounded(sim, 0.5, heartbeat_s=0.05)
+    assert why.startswith("wall budget 0.5 s reached") and "200 of 200 requests unresolved" in why
+    r = E.SimResult(sim).requests
+    assert (r.status == "rejected").all() and (r.reason == "horizon").all()
+
+
+# --------------------------------------------------------------------------- the tiny board
 def test_csv_has_the_contract_columns_and_ranks_by_the_primary_metric(board):
     out, summary = board
     df = pd.read_csv(out / "leaderboard.csv")
     assert list(df.columns) == ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
-    assert set(df.scenario) == {"prefill_ds_v3_h800", "decode_azure_n16"}
+    assert set(df.scenario) == {"prefill_ds_v3_h800", "decode_ht_n16"}
     assert (df.seeds == 2).all() and set(df.kind) == {"baseline", "agent"}
-    dec = df[(df.scenario == "decode_azure_n16") & (df.metric == "imbalance_mean")]
+    dec = df[(df.scenario == "decode_ht_n16") & (df.metric == "imbalance_mean")]
     assert set(dec.policy) == {"least_kv", "jsq", "random", "tiny_agent"}
     assert dec["mean"].is_monotonic_increasing  # lower imbalance ranks first
     assert (dec.ci_low <= dec["mean"]).all() and (dec["mean"] <= dec.ci_high).all()
@@ -59,40 +143,136 @@ def test_csv_has_the_contract_columns_and_ranks_by_the_primary_metric(board):
     assert "tiny_agent" not in set(df[df.scenario == "prefill_ds_v3_h800"].policy)
     assert not summary["failures"]
     st = {s["scenario"]: s for s in summary["standings"]}
-    assert st["decode_azure_n16"]["best_agent"] == "tiny_agent"
+    assert st["decode_ht_n16"]["best_agent"] == "tiny_agent"
+    assert st["decode_ht_n16"]["agent_verdict"] in ("better", "worse", "no clear difference")
 
 
-def test_markdown_html_and_plots_are_written(board):
+def test_paired_table_and_regime_are_written_and_flag_an_out_of_regime_scenario(board):
+    out, summary = board
+    pairs = pd.read_csv(out / "paired.csv")
+    dec = pairs[pairs.scenario == "decode_ht_n16"].set_index("policy")
+    ref = dec.reference.iloc[0]
+    assert ref in {"least_kv", "jsq", "random"} and dec.loc[ref, "verdict"] == "reference"
+    for pol, r in dec.drop(index=ref).iterrows():  # worse-ranked policies are never called better
+        assert r.verdict in ("worse", "no clear difference") and r.rel >= 0, pol
+    reg = {r["scenario"]: r for r in summary["regimes"]}
+    # the tiny decode scenario is the thin-pool tier: declared saturated, measured not, flagged
+    assert not reg["decode_ht_n16"]["in_regime"] and "pool mean" in reg["decode_ht_n16"]["flag"]
+    assert "OUT OF REGIME" in (out / "leaderboard.md").read_text()
+    agg = pd.read_csv(out / "aggregate.csv").set_index("policy")
+    assert agg.loc[ref, "iqm_score"] == pytest.approx(1.0, abs=0.5)
+    assert ((agg.prob_improvement >= 0) & (agg.prob_improvement <= 1)).all()
+
+
+def test_markdown_html_and_plots_are_written_and_latest_points_at_the_board(board):
     out, _ = board
+    assert (out.parent / "latest").resolve() == out.resolve()
     md = (out / "leaderboard.md").read_text()
-    assert "## decode_azure_n16" in md and "| rank |" in md.replace("|   rank |", "| rank |")
+    assert "## decode_ht_n16" in md and "| rank |" in md.replace("|   rank |", "| rank |")
+    assert "imbalance_mean (KV tokens)" in md and "vs reference (paired)" in md
     page = (out / "leaderboard.html").read_text()
     assert page.count("<table class='leaderboard'") == 2 and "data:image/png;base64," in page
+    assert "sortBy(this)" in page
     assert "http://" not in page and "https://" not in page  # self-contained
     plots = {p.name for p in (out / "plots").glob("*.png")}
-    assert {"decode_azure_n16_imbalance_mean.png", "decode_azure_n16_ttft_tpot.png"} <= plots
+    assert {"decode_ht_n16_imbalance_mean.png", "decode_ht_n16_ttft_tpot.png"} <= plots
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
-def test_html_renders_in_headless_chromium(board):
+def test_html_renders_in_headless_chromium_with_a_visible_table(board, tmp_path):
+    from PIL import Image
+
     out, _ = board
-    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                        (out / "leaderboard.html").resolve().as_uri()],
-                       capture_output=True, text=True, timeout=60, check=False)
+    url = (out / "leaderboard.html").resolve().as_uri()
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    r = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-500:]
     dom = r.stdout
     assert dom.count('class="leaderboard"') == 2 and "tiny_agent" in dom and "least_kv" in dom
     assert dom.count("<img") >= 4
+    shot = tmp_path / "leaderboard.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,900", url], capture_output=True,
+                   timeout=120, check=False)
+    img = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert img.shape[0] >= 800 and img.std() > 10  # not blank
+    # the first table's borders and text: dark rows of pixels below the heading
+    dark_rows = (img < 100).sum(axis=1)
+    assert (dark_rows > 0.3 * img.shape[1]).sum() >= 2 or (dark_rows > 50).sum() > 100
+    shutil.copy(shot, out / "leaderboard_screenshot.png")
+
+
+# --------------------------------------------------------------------------- aliases, failures, bad input
+def test_aliases_with_equal_results_are_one_row(tmp_path):
+    cfg = tiny_config(tmp_path, plots=False)
+    cfg["scenarios"] = {"batch": {"scenario": "coloc_h200_qwen3_8b", "point": "batching", "primary": "rps",
+                                  "overrides": ["workload.num_requests=80"],
+                                  "baselines": ["mixed", "mb", "prefill_first", "v0", "fcfs"]}}
+    summary = L.build(cfg)
+    df = pd.read_csv(Path(summary["out_dir"]) / "leaderboard.csv")
+    assert set(df.policy) == {"mixed", "prefill_first", "fcfs"}
+    assert summary["aliases"] == {"batch/mixed": ["mb"], "batch/prefill_first": ["v0"]}
+    assert "mixed (= mb)" in (Path(summary["out_dir"]) / "leaderboard.md").read_text()
+
+
+def test_a_scenario_where_every_run_fails_exits_non_zero_and_keeps_latest(tmp_path):
+    good = L.build(tiny_config(tmp_path, plots=False))
+    cfg = tiny_config(tmp_path, plots=False)
+    cfg["scenarios"]["decode_ht_n16"]["baselines"] = [{"name": "br0", "window": 0}]
+    with pytest.raises(SystemExit) as exc:
+        L.build(cfg)
+    assert exc.value.code == 1
+    assert (tmp_path / "latest").resolve() == Path(good["out_dir"]).resolve()
+    assert len([d for d in tmp_path.iterdir() if d.is_dir() and d.name != "latest"]) == 2  # nothing overwritten
+    tolerated = L.build(dict(cfg, tolerate_failures=True))
+    assert (tmp_path / "latest").resolve() == Path(tolerated["out_dir"]).resolve()
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("train", [{"label": "../../x"}], "train.label"),
+    ("agents", [{"label": "/abs", "path": "."}], "agents.label"),
+    ("agents", ["/nonexistent/run"], "agents: entry"),
+    ("split", "holdout", "split: got 'holdout'"),
+    ("n_jobs", 0, "n_jobs"),
+    ("metrics", ["bogus"], "metrics: unknown metric 'bogus'"),
+    ("budget_s", -1, "budget_s"),
+])
+def test_bad_board_inputs_fail_before_anything_is_written(tmp_path, key, value, match):
+    with pytest.raises(E.ConfigError, match=match):
+        L.build(tiny_config(tmp_path / "o", **{key: value}))
+    assert not (tmp_path / "o").exists()
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=180, check=False,
+                          cwd=cwd, env=dict(os.environ, WANDB_MODE="disabled"))
+
+
+@pytest.mark.parametrize("args, match", [
+    (["pdgym.agents.evaluation.leaderboard", "split=holdout"], "split"),
+    (["pdgym.agents.evaluation.leaderboard", "n_jobs=0"], "n_jobs"),
+    (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "show=[bogus_metric]"], "show"),
+    (["pdgym.agents.evaluation.evaluate", "policy="], "policy: missing"),
+    (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "budget_s=0"], "budget_s"),
+])
+def test_cli_bad_input_is_one_line_exit_2_and_no_result(tmp_path, args, match):
+    r = _cli([*args, "hydra.run.dir=out", "out_dir=lb"] if "leaderboard" in args[0] else [*args, "hydra.run.dir=out"],
+             tmp_path)
+    assert r.returncode == 2, r.stderr[-1500:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and match in lines[0] and "Traceback" not in r.stderr
+    assert not (tmp_path / "out" / "metrics.json").exists() and not list(tmp_path.glob("lb/*/leaderboard.csv"))
+
+
+def test_cli_eval_writes_metrics_with_the_stop_reason(tmp_path):
+    r = _cli(["pdgym.agents.evaluation.evaluate", "policy=least_kv", "scenario=decode_tier_n16",
+              "workload.num_requests=100", "seeds=[0]", "progress=false", "hydra.run.dir=out"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert doc["stopped_early"] == {} and doc["per_seed"]["0"]["stopped"] == ""
+    assert "lower is better" in r.stdout and (tmp_path / "out" / "requests.csv").is_file()
 
 
 def test_cli_runs_the_tiny_preset(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}",
-                        "print=true"], capture_output=True, text=True, timeout=120, check=False,
-                       env=dict(os.environ, WANDB_MODE="disabled"))
+    r = _cli(["pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "ranked by" in r.stdout and (tmp_path / "leaderboard.csv").is_file()
-
-
-def test_bad_scenario_entry_is_one_line(tmp_path):
-    with pytest.raises(E.ConfigError, match="scenarios.x.primary"):
-        L.board_scenarios({"x": {"scenario": "decode_tier_n16", "point": "decode", "primary": "speed"}})
+    assert "ranked by" in r.stdout and (tmp_path / "latest" / "leaderboard.csv").is_file()

@@ -28,12 +28,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pdgym.envs.sim import simulate
+from pdgym.envs.sim import Simulator
+from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, write_json
 
 POINTS = ("prefill", "decode", "batching")
-EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment")
+EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment", "batch_mean", "pool_mean", "pool_empty_frac")
+LOADED_FROM = 0.5  # regime window: from the arrival of this quantile request to the last arrival
 METRIC_KEYS = tuple(k for k in SUMMARY_KEYS if k != "wall_time_s") + EXTRA_KEYS + ("wall_time_s",)
 # Direction of every metric: +1 higher is better, -1 lower is better (ranking and "best" checkpoints).
 HIGHER_BETTER = {"throughput_tok_s", "total_tok_s", "rps", "goodput_rps", "chunk_util_mean", "finished",
@@ -57,8 +59,13 @@ def direction(metric: str) -> int:
 
 
 # --------------------------------------------------------------------------- metrics and statistics
-def run_metrics(res: SimResult) -> dict:
-    """summary() plus TPOT p50 / p99 and SLO attainment (finished within both SLOs over all requests)."""
+def run_metrics(res: SimResult, pool: np.ndarray | None = None) -> dict:
+    """summary() plus TPOT p50 / p99, SLO attainment (finished within both SLOs over all requests), the
+    mean number of requests per decode (colocated: per) pass, and the decode pool over the loaded window
+    (`pool`: rows of (time, requests waiting in the pool) at each decode step start, after the router's
+    admissions): its mean size and the fraction of steps where it was empty (nothing left to choose from).
+    The loaded window runs from the arrival of the LOADED_FROM-quantile request to the last arrival:
+    no ramp-up, no drain, the same interval for every policy of the same traffic."""
     m = res.summary()
     r = res.requests
     fin = r[r.status == "finished"]
@@ -67,21 +74,151 @@ def run_metrics(res: SimResult) -> dict:
     m["tpot_p99"] = float(np.percentile(tpot, 99)) if len(tpot) else math.nan
     good = (fin.ttft <= res.slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= res.slo.tpot_s))
     m["slo_attainment"] = float(good.sum()) / max(len(r), 1)
+    st = res.steps
+    dec = st[st.kind == 1] if (st.kind == 1).any() else st[st.kind == 2]
+    m["batch_mean"] = float((dec.reqs * dec.dur).sum() / dec.dur.sum()) if len(dec) and dec.dur.sum() > 0 \
+        else math.nan
+    m["pool_mean"] = m["pool_empty_frac"] = math.nan
+    arr = np.sort(r.arrival.dropna().to_numpy())
+    if pool is not None and len(pool) and len(arr):
+        lo, hi = arr[int(LOADED_FROM * (len(arr) - 1))], arr[-1]
+        w = pool[(pool[:, 0] >= lo) & (pool[:, 0] <= hi), 1]
+        if len(w):
+            m["pool_mean"] = float(w.mean())
+            m["pool_empty_frac"] = float(np.mean(w == 0))
     return m
 
 
-def interval(values) -> dict:
-    """Mean, sample std and the 95% Student-t interval of the finite values (NaN ones are skipped)."""
-    from scipy import stats
+BOOT_REPS = 4000
 
+
+def interval(values, reps: int = BOOT_REPS) -> dict:
+    """Mean, sample std and a 95% percentile-bootstrap interval of the mean over the finite values (NaN
+    ones skipped). A bootstrap mean lies between the smallest and the largest value, so the interval of a
+    non-negative metric never goes below zero (a Student-t interval over 2-3 seeds did). With fewer than
+    about 5 values it is too narrow (any interval is): boards publish >= 5 seeds. Fixed resampling seed."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     n = len(x)
     if n == 0:
         return {"mean": math.nan, "std": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
-    half = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else 0.0
-    return {"mean": mean, "std": std, "ci_low": mean - half, "ci_high": mean + half, "n": n}
+    if n == 1 or std == 0.0:
+        return {"mean": mean, "std": std, "ci_low": mean, "ci_high": mean, "n": n}
+    boot = x[np.random.default_rng(0).integers(0, n, size=(reps, n))].mean(axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {"mean": mean, "std": std, "ci_low": float(lo), "ci_high": float(hi), "n": n}
+
+
+def paired_ratio(x, y, reps: int = BOOT_REPS) -> dict:
+    """Paired comparison of a policy (`x`) with a reference (`y`), values aligned by seed (same traffic):
+    the ratio of means minus one, mean(x) / mean(y) - 1, with a 95% paired bootstrap interval (the same
+    resampled seeds for both). Seeds where either is NaN are dropped. Keys: rel, ci_low, ci_high, n."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = len(x)
+    if n == 0 or y.mean() == 0:
+        return {"rel": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": n}
+    rel = float(x.mean() / y.mean() - 1.0)
+    if n == 1:
+        return {"rel": rel, "ci_low": math.nan, "ci_high": math.nan, "n": 1}
+    idx = np.random.default_rng(0).integers(0, n, size=(reps, n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = x[idx].mean(axis=1) / y[idx].mean(axis=1) - 1.0
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
+    return {"rel": rel, "ci_low": float(lo), "ci_high": float(hi), "n": n}
+
+
+def verdict(metric: str, rel: float, lo: float = math.nan, hi: float = math.nan) -> str:
+    """Words for a relative difference on `metric`: 'better' / 'worse' by its direction, and 'no clear
+    difference' when the interval [lo, hi] (if given) contains zero."""
+    if not math.isfinite(rel):
+        return "not comparable"
+    if math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 <= hi:
+        return "no clear difference"
+    if rel == 0.0:
+        return "equal"
+    return "better" if direction(metric) * rel > 0 else "worse"
+
+
+def describe(metric: str, label: str, ref: str, p: dict) -> str:
+    """One sentence: 'X is 12.3% worse than Y on m (lower is better; paired 95% CI [+8.0%, +16.1%], 5 seeds)'."""
+    arrow = "higher is better" if direction(metric) > 0 else "lower is better"
+    v = verdict(metric, p["rel"], p.get("ci_low", math.nan), p.get("ci_high", math.nan))
+    if not math.isfinite(p["rel"]):
+        return f"{label} vs {ref} on {metric}: not comparable"
+    ci = (f"; paired 95% CI [{p['ci_low']:+.1%}, {p['ci_high']:+.1%}]"
+          if math.isfinite(p.get("ci_low", math.nan)) else "")
+    size = f"{abs(p['rel']):.1%} " if v in ("better", "worse") else ""
+    head = f"{label} is {size}{v} than {ref}" if v in ("better", "worse") else f"{label} vs {ref}: {v}"
+    return f"{head} on {metric} ({metric} {p['rel']:+.1%}, {arrow}{ci}, {p['n']} seeds)"
+
+
+# --------------------------------------------------------------------------- bounded runs
+class PoolMeter:
+    """Wraps a decode instance's cost model to record the decode pool size at each of its steps (the
+    regime check of a decode board: pool occupancy, fraction of steps with an empty pool). Read-only."""
+
+    def __init__(self, sim, cost, sink: list):
+        self.sim, self.cost, self.sink = sim, cost, sink
+
+    def pass_time(self, p, a, batch, kv):
+        self.sink.append((self.sim.now, len(self.sim.pool)))
+        return self.cost.pass_time(p, a, batch, kv)
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
+
+
+def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float = 0.5) -> str:
+    """Run `sim` to its end, or stop it once `wall_s` wall seconds have passed (whatever its policies do:
+    an agent that skips forever included). A heartbeat thread pauses the event loop every `heartbeat_s`
+    (between two events, so the history is the one an uninterrupted run makes); each pause reports the
+    requests resolved so far to `on_progress(n_resolved, n_requests)` and checks the budget. On a stop, the requests
+    left are rejected("horizon") as at the simulated-time horizon. Returns '' or why the run stopped early."""
+    import threading
+    import time
+
+    t0 = time.perf_counter()
+    done = threading.Event()
+
+    def beat():
+        while not done.wait(heartbeat_s):
+            sim.pause()
+
+    thread = threading.Thread(target=beat, name="pdgym-eval-heartbeat", daemon=True)
+    thread.start()
+    try:
+        while not sim.run():
+            if on_progress is not None:
+                on_progress(sim.n_resolved, sim.req.n)
+            if wall_s is not None and time.perf_counter() - t0 >= wall_s:
+                n_left = sim.req.n - sim.n_resolved
+                sim._finish_run(reason="horizon")  # the engine's own end-of-run path (rejects what is left)
+                return (f"wall budget {wall_s:g} s reached at simulated t = {sim.now:.1f} s; "
+                        f"{n_left} of {sim.req.n} requests unresolved, counted rejected(horizon)")
+    finally:
+        done.set()
+        thread.join()
+    if on_progress is not None:
+        on_progress(sim.n_resolved, sim.req.n)
+    n_h = int((sim.req.reason == R.reason_code("horizon")).sum())
+    if n_h:
+        return (f"simulated-time horizon {sim.cfg.max_sim_time_s:g} s reached; {n_h} of {sim.req.n} requests "
+                "unresolved, counted rejected(horizon)")
+    if sim.stalled:
+        return f"stalled: {int((sim.req.reason == R.reason_code('stalled')).sum())} requests never resolved"
+    return ""
+
+
+@dataclass
+class RunOutcome:
+    """One seeded run: its result, its metrics (run_metrics) and why it stopped early ('' if it did not)."""
+
+    result: SimResult
+    metrics: dict
+    stopped: str
 
 
 # --------------------------------------------------------------------------- held-out splits
@@ -305,43 +442,105 @@ class Evaluation:
                 for k in METRIC_KEYS}
 
 
-def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index: int) -> SimResult:
-    """One seeded run of `cand` at its decision point, the configured baselines at the others."""
+def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index: int,
+            budget_s: float | None = None, on_progress=None, oracle: bool = False) -> RunOutcome:
+    """One seeded run of `cand` at its decision point, the configured baselines at the others, stopped
+    after `budget_s` wall seconds (None: no limit; see run_bounded). The workload comes from the seed
+    alone, so every candidate of the same (raw, split, index) sees the same traffic. `oracle`: the run
+    exposes true output lengths (headroom rows only)."""
     from pdgym.agents.common import sim_config_from
     from pdgym.baselines import make_policies
 
     raw, seed = apply_split(raw, split, index)
     if cand.kind == "agent" and not math.isfinite(float(raw.get("max_sim_time_s", math.inf))):
         raw = dict(raw, max_sim_time_s=agent_horizon(raw["workload"]))
+    if oracle:
+        raw = dict(raw, oracle=True)
     pols = make_policies({k: v for k, v in others.items() if k != cand.point})
     pols[cand.point] = cand.build()
-    return simulate(sim_config_from(raw), pols, seed=seed)
+    sim = Simulator(sim_config_from(raw), pols, seed=seed)
+    pool: list[int] = []
+    for d in sim.decode:
+        d.cost = PoolMeter(sim, d.cost, pool)
+    stopped = run_bounded(sim, budget_s, on_progress)
+    res = SimResult(sim)
+    return RunOutcome(res, run_metrics(res, np.asarray(pool, dtype=float).reshape(-1, 2) if sim.decode else None),
+                      stopped)
 
 
 def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = None,
-             others: dict | None = None, progress: bool = False, desc: str = "") -> Evaluation:
-    """Run `cand` on the composed scenario `raw` for every seed index (of `split`, if given)."""
+             others: dict | None = None, progress: bool = False, desc: str = "",
+             budget_s: float | None = None) -> Evaluation:
+    """Run `cand` on the composed scenario `raw` for every seed index (of `split`, if given); the progress
+    bar counts requests resolved over all seeds; `budget_s` bounds each seed's wall time."""
     from tqdm import tqdm
 
     others = dict(raw.get("policy") or {}) if others is None else others
     per_seed, tables = [], []
-    for i in tqdm(seeds, desc=desc or cand.label, disable=not progress, leave=False):
-        res = run_one(raw, others, cand, split, int(i))
-        per_seed.append(run_metrics(res))
-        tables.append(res.requests.assign(seed=int(i)))
+    with tqdm(total=0, desc=desc or cand.label, unit="req", disable=not progress, leave=False) as bar:
+        for k, i in enumerate(seeds):
+            bar.set_postfix_str(f"seed {k + 1}/{len(seeds)}")
+            base = bar.n
+
+            def tick(n_resolved: int, n_total: int, base: int = base) -> None:
+                if bar.total < base + n_total:
+                    bar.total = base + n_total
+                bar.update(base + n_resolved - bar.n)
+
+            out = run_one(raw, others, cand, split, int(i), budget_s, on_progress=tick)
+            per_seed.append(dict(out.metrics, stopped=out.stopped))
+            tables.append(out.result.requests.assign(seed=int(i)))
     return Evaluation(cand, [int(s) for s in seeds], per_seed, pd.concat(tables, ignore_index=True))
 
 
 def write_evaluation(ev: Evaluation, out: Path, scenario: str, extra: dict | None = None) -> Path:
-    """DIR/metrics.json and DIR/requests.csv of one evaluation."""
+    """DIR/requests.csv, then DIR/metrics.json (last, so a metrics.json always has its table beside it);
+    each written to a temporary name and renamed."""
     out.mkdir(parents=True, exist_ok=True)
     c = ev.candidate
+    tmp = out / "requests.csv.tmp"
+    ev.requests.to_csv(tmp, index=False)
+    tmp.replace(out / "requests.csv")
+    stopped = {str(s): m["stopped"] for s, m in zip(ev.seeds, ev.per_seed) if m.get("stopped")}
     doc = {"scenario": scenario, "policy": c.label, "kind": c.kind, "point": c.point,
            "source": str(c.agent.path) if c.agent else c.spec, "seeds": ev.seeds, **(extra or {}),
+           "interval": "95% percentile bootstrap of the mean over seeds", "stopped_early": stopped,
            "metrics": ev.stats(), "per_seed": {str(s): m for s, m in zip(ev.seeds, ev.per_seed)}}
     write_json(out / "metrics.json", doc)
-    ev.requests.to_csv(out / "requests.csv", index=False)
     return out / "metrics.json"
+
+
+def check_metric_names(key: str, names) -> list[str]:
+    """A list of metric names, each one of METRIC_KEYS (one-line error naming `key` otherwise)."""
+    if not isinstance(names, list) or not names:
+        raise ConfigError(f"{key}: got {names!r}; must be a non-empty list of metric names")
+    for m in names:
+        if m not in METRIC_KEYS:
+            raise ConfigError(f"{key}: unknown metric {m!r}; allowed: {', '.join(METRIC_KEYS)}")
+    return list(names)
+
+
+def check_budget(key: str, value) -> float | None:
+    """Wall seconds per run: a positive number, or null for no limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise ConfigError(f"{key}: got {value!r}; must be a positive number of wall seconds per run, or null")
+    return float(value)
+
+
+def check_policies(others: dict) -> None:
+    """Build the configured baselines once so a bad parameter (policy.decode.window=0) fails up front."""
+    from pdgym.baselines import make_policy
+
+    for point, spec in others.items():
+        try:
+            make_policy(point, spec)
+        except (ValueError, TypeError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(f"policy.{point}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \
+                from None
 
 
 # --------------------------------------------------------------------------- the app
@@ -351,7 +550,7 @@ def _app(cfg) -> dict:
     from rich.table import Table
 
     data = to_container(cfg)  # unknown keys already failed in Hydra (struct mode)
-    if data.get("eval_policy") in (None, "???"):
+    if data.get("eval_policy") in (None, "???", ""):
         raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
     seeds = data["seeds"]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
@@ -361,19 +560,29 @@ def _app(cfg) -> dict:
     if split_name is not None and split_name not in splits:
         raise ConfigError(f"split: got {split_name!r}; allowed: {', '.join(splits)}, null")
     split = splits[split_name] if split_name else None
+    show = check_metric_names("show", data["show"])
+    budget = check_budget("budget_s", data.get("budget_s"))
     cand = resolve(data["eval_policy"], data.get("point"))
+    others = dict(data.get("policy") or {})
+    check_policies({k: v for k, v in others.items() if k != cand.point})
     scenario = data.get("scenario_name", "scenario")
-    ev = evaluate(data, cand, seeds, split, progress=bool(data["progress"]), desc=f"{cand.label} on {scenario}")
+    ev = evaluate(data, cand, seeds, split, others, progress=bool(data["progress"]),
+                  desc=f"{cand.label} on {scenario}", budget_s=budget)
     out = run_dir()
-    path = write_evaluation(ev, out, scenario, {"split": split_name})
+    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget})
     stats = ev.stats()
-    t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}")
-    for col in ("metric", "mean", "95% CI", "std"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for k in data["show"]:
-        s = stats[k]
-        t.add_row(k, f"{s['mean']:.4g}", f"[{s['ci_low']:.4g}, {s['ci_high']:.4g}]", f"{s['std']:.3g}")
+    t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
+              caption="95% CI: percentile bootstrap of the mean over seeds")
+    for col in ("metric", "direction", "mean", "95% CI", "std"):
+        t.add_column(col, justify="left" if col in ("metric", "direction") else "right")
+    for k in show:
+        st = stats[k]
+        t.add_row(k, "higher is better" if direction(k) > 0 else "lower is better", f"{st['mean']:.4g}",
+                  f"[{st['ci_low']:.4g}, {st['ci_high']:.4g}]", f"{st['std']:.3g}")
     Console().print(t)
+    for s, m in zip(ev.seeds, ev.per_seed):
+        if m["stopped"]:
+            print(f"seed {s} stopped early: {m['stopped']}")
     print(f"metrics in {path}")
     return stats
 

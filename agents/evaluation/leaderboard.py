@@ -1,15 +1,31 @@
 """`pdgym-leaderboard`: every registered baseline and every listed agent on every leaderboard scenario.
 
-    pdgym-leaderboard                    # conf/leaderboard.yaml: 4 scenarios x all baselines x 5 seeds
-    pdgym-leaderboard preset=quick       # the `make run` board: fewer requests and seeds + a quick agent
+    pdgym-leaderboard                    # conf/leaderboard.yaml: the full board (4 scenarios, 10 seeds)
+    pdgym-leaderboard preset=quick       # the `make run` demonstration: fewer requests and seeds + a quick agent
 
-Writes runs/leaderboard/leaderboard.{csv,md,html} (csv columns: scenario, policy, kind, metric, mean,
-ci_low, ci_high, seeds), runs.csv (every seed's metrics) and plots/ (per scenario: primary-metric bars
-with 95% intervals, TTFT/TPOT trade-off scatter). The HTML page is self-contained (images inline).
+Each board goes to its own dated directory OUT_DIR/<YYYY-mm-dd_HH-MM-SS>/ and OUT_DIR/latest points at the
+newest good one (a board where some scenario has no successful run exits 1 and leaves `latest` alone
+unless `tolerate_failures=true`). It holds leaderboard.{csv,md,html} (csv columns: scenario, policy,
+kind, metric, mean, ci_low, ci_high, seeds), paired.csv (each policy against the scenario's reference),
+aggregate.csv (IQM and probability of improvement across seeds and scenarios), regime.csv, runs.csv (every
+seed's metrics) and plots/. The HTML page is self-contained (images inline, tables sortable).
 
-Every run goes through `simulate()` on the test split (conf/splits), the traffic no agent trains on.
-A new baseline appears by registering it; a new scenario is one entry under `scenarios:`; a new agent
-is one entry under `agents:` (a pdgym-train run directory) or `train:` (trained first, then ranked).
+Statistics (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"): every policy of a
+scenario replays the same traffic per seed (common random numbers: the workload comes from the seed
+alone), so each policy is compared with the reference (the best heuristic: the best-ranked baseline that
+is not a headroom row) by a paired bootstrap interval of mean(policy) / mean(reference) - 1 over seeds.
+Across seeds and scenarios: the interquartile mean of the normalised score (reference mean / value for a
+lower-is-better metric, value / reference mean otherwise; 1 = the reference) and the probability of
+improvement over the reference (rliable.metrics). Rule for enough seeds: on each scenario the widest
+paired interval on the primary metric must be narrower than the scenario's `effect` (the smallest relative
+difference the board exists to show); the board says whether it holds (`seeds_enough`) per scenario.
+
+Regime (issue: every experiment states it): each scenario declares `regime` (offered load relative to
+measured capacity; decode: pool occupancy and the fraction of decode steps with an empty pool, over the
+loaded window) and it is measured on the runs of its `regime_policy`; a scenario outside is flagged in
+every output. `load: X` sets the arrival rate to X times the capacity measured by a burst run (every
+request at once) of the regime policy. `headroom` rows (oracle / hindsight policies, e.g. BR-H with the
+true output lengths) show the gap a learned policy can close; they are never the reference.
 """
 
 from __future__ import annotations
@@ -18,6 +34,8 @@ import base64
 import html
 import json
 import math
+import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,11 +49,38 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
+LABEL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
+         "wall_time_s": "s", "throughput_tok_s": "tok/s", "total_tok_s": "tok/s", "rps": "req/s",
+         "goodput_rps": "req/s", "imbalance": "KV tokens", "pool_mean": "requests", "finished": "requests",
+         "rejected": "requests", "slo_attainment": "fraction", "chunk_util_mean": "fraction",
+         "barrier_idle_frac": "fraction", "pool_empty_frac": "fraction"}
+
+
+def unit(metric: str) -> str:
+    for k, u in UNITS.items():
+        if metric == k or metric.startswith(k + "_") or (k in ("ttft", "tpot", "e2e", "imbalance")
+                                                            and metric.startswith(k)):
+            return u
+    return ""
+
+
+def with_unit(metric: str) -> str:
+    u = unit(metric)
+    return f"{metric} ({u})" if u else metric
+
+
+def check_label(key: str, label: Any) -> str:
+    """A user label that becomes a file or folder name: letters, digits, `_ - .`, no `..`, no separator."""
+    if not isinstance(label, str) or not LABEL_RE.match(label) or ".." in label:
+        raise ConfigError(f"{key}: got {label!r}; a label is letters, digits, '_', '-', '.' (no '..', no '/')")
+    return label
 
 
 @dataclass
 class BoardScenario:
-    """One leaderboard scenario: a named scenario + overrides, the decision point under test, its ranking."""
+    """One leaderboard scenario: a named scenario + overrides, the decision point under test, its ranking,
+    its declared regime and headroom rows."""
 
     key: str
     scenario: str
@@ -45,15 +90,27 @@ class BoardScenario:
     policies: dict = field(default_factory=dict)  # fixed baselines at the other decision points
     baselines: list | None = None  # None: every registered baseline of `point`
     exclude: list[str] = field(default_factory=list)  # registered baselines left out (e.g. oracle-only)
+    headroom: list = field(default_factory=list)  # oracle / hindsight rows: [{label, name, params...}]
+    headroom_note: str = ""  # why there is no headroom row, where there is none
+    load: float | None = None  # arrival rate = load x capacity measured by a burst of the regime policy
+    regime_policy: str | None = None  # the baseline whose runs measure the regime (default: reference)
+    regime: dict = field(default_factory=dict)  # declared bounds: load, pool_mean_min, pool_empty_max, why
+    effect: float = 0.05  # smallest relative difference on `primary` the board exists to show
     note: str = ""
 
-    def raw(self) -> dict:
+    def raw(self, rate: float | None = None) -> dict:
         from pdgym.envs.scenario import load_scenario
 
         raw = load_scenario(self.scenario, list(self.overrides)).raw
         pol = dict(raw.get("policy") or {})
         pol.update(self.policies)
-        return dict(raw, policy=pol)
+        raw = dict(raw, policy=pol)
+        if rate is not None:
+            raw = dict(raw, workload=dict(raw["workload"], rate=float(rate)))
+        return raw
+
+
+REGIME_KEYS = ("load", "pool_mean_min", "pool_empty_max", "why")
 
 
 def board_scenarios(spec: dict) -> list[BoardScenario]:
@@ -62,6 +119,7 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
     for key, s in spec.items():
         if s is None:  # a preset removes a scenario by setting it to null
             continue
+        check_label(f"scenarios.{key}", key)
         s = dict(s)
         for k in s:
             if k not in allowed:
@@ -73,23 +131,36 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
             raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(E.POINTS)}")
         if s["primary"] not in E.METRIC_KEYS:
             raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(E.METRIC_KEYS)}")
+        for k in s.get("regime") or {}:
+            if k not in REGIME_KEYS:
+                raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")
+        if s.get("load") is not None and not (isinstance(s["load"], (int, float)) and s["load"] > 0):
+            raise ConfigError(f"scenarios.{key}.load: got {s['load']!r}; must be a positive number or null")
+        for h in s.get("headroom") or []:
+            if not isinstance(h, dict) or "label" not in h or "name" not in h:
+                raise ConfigError(f"scenarios.{key}.headroom: entry {h!r} needs label and name")
+            check_label(f"scenarios.{key}.headroom.label", h["label"])
+        s["regime"] = dict(s.get("regime") or {})
+        s["headroom"] = list(s.get("headroom") or [])
         out.append(BoardScenario(key=key, **s))
     return out
 
 
 # --------------------------------------------------------------------------- running
 def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
-    """(label, kind, spec) of everything ranked on a scenario; spec: baseline spec or model path."""
+    """(label, kind, spec) of everything ranked on a scenario; kind: baseline | headroom | agent;
+    spec: baseline spec or model path."""
     from pdgym.baselines import registered
 
     names = sc.baselines if sc.baselines is not None else registered(sc.point)
     out = []
-    for b in names:
-        spec = {"name": b} if isinstance(b, str) else dict(b)
-        if spec["name"] in sc.exclude:
-            continue
-        label = spec.pop("label", None) or spec["name"]
-        out.append((label, "baseline", spec))
+    for kind, entries in (("baseline", names), ("headroom", sc.headroom)):
+        for b in entries:
+            spec = {"name": b} if isinstance(b, str) else dict(b)
+            if spec["name"] in sc.exclude and kind == "baseline":
+                continue
+            label = spec.pop("label", None) or spec["name"]
+            out.append((label, kind, spec))
     for a in agents:
         wanted = a.get("scenarios")
         if (wanted is None and agent_point(a["path"]) == sc.point) or (wanted is not None and sc.key in wanted):
@@ -106,12 +177,14 @@ def agent_point(path: str) -> str:
     raise ConfigError(f"agents: {path} has no {E.AGENT_META} (not a pdgym-train run?)")
 
 
-def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | None, index: int) -> dict:
+def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | None, index: int,
+          rate: float | None, budget_s: float | None) -> dict:
     """One (scenario, policy, seed) run, in a worker process; failures come back as a message."""
     try:
         cand = _resolve_cached(label, kind, spec if isinstance(spec, str) else tuple(sorted(spec.items())), sc.point)
-        res = E.run_one(sc.raw(), sc.raw()["policy"], cand, split, index)
-        return {"ok": True, "metrics": E.run_metrics(res)}
+        raw = sc.raw(rate)
+        out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
+        return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 
@@ -126,34 +199,106 @@ def _resolve_cached(label: str, kind: str, spec, point: str) -> E.Candidate:
     return _CACHE[key]
 
 
+def regime_policy(sc: BoardScenario) -> str:
+    """The baseline whose runs measure the regime (and the capacity): the declared one, else the
+    scenario's configured policy at its decision point."""
+    if sc.regime_policy:
+        return sc.regime_policy
+    pol = sc.raw()["policy"].get(sc.point)
+    return pol if isinstance(pol, str) else (pol or {}).get("name", "")
+
+
+def measure_capacity(sc: BoardScenario, split: dict | None) -> float:
+    """Requests per second the regime policy sustains on this scenario's traffic (split run 0): every
+    request arrives at once, completions per second between the 20% and 80% completion quantiles (of the
+    first tokens for a prefill scenario: the stage under test; of the finishes otherwise).
+    NaN for a closed loop (its load is concurrency over the running batch; see measure_regime)."""
+    raw = sc.raw()
+    wl = raw["workload"]
+    if wl.get("arrival") == "closed":
+        return math.nan
+    burst = dict(raw, workload=dict(wl, arrival="poisson", rate=1e6, time_scale=None))
+    cand = E.resolve(regime_policy(sc), sc.point)
+    out = E.run_one(burst, raw["policy"], cand, split, 0)
+    fin = out.result.requests.query("status == 'finished'")
+    f = np.sort((fin.first_token if sc.point == "prefill" else fin.finish).to_numpy())
+    if len(f) < 10:
+        return math.nan
+    lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
+    return float((int(0.8 * len(f)) - int(0.2 * len(f))) / max(hi - lo, 1e-12))
+
+
 def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
-              n_jobs: int = 1, progress: bool = True) -> tuple[pd.DataFrame, list[dict]]:
+              n_jobs: int = 1, progress: bool = True, budget_s: float | None = None,
+              rates: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """Every (scenario, candidate, seed): returns the per-seed table and the failures."""
     from joblib import Parallel, delayed
     from tqdm import tqdm
 
+    rates = rates or {}
     jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in _candidates(sc, agents)
             for i in seeds]
     par = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)
-    results = par(delayed(_task)(sc, label, kind, spec, split, i) for sc, label, kind, spec, i in jobs)
+    results = par(delayed(_task)(sc, label, kind, spec, split, i, rates.get(sc.key), budget_s)
+                  for sc, label, kind, spec, i in jobs)
     rows, failures = [], []
     for (sc, label, kind, _, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
                                            disable=not progress):
         if r["ok"]:
-            rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"]})
+            rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"],
+                         "stopped": r["stopped"]})
         else:
             failures.append({"scenario": sc.key, "policy": label, "seed": i, "error": r["error"]})
     return pd.DataFrame(rows), failures
 
 
+# --------------------------------------------------------------------------- aliases
+def merge_aliases(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> tuple[pd.DataFrame, dict]:
+    """One row per distinct policy: two baselines of a scenario whose classes are related (one subclasses
+    the other: `mb` / `mixed`, `v0` / `prefill_first`) and whose every per-seed metric is equal (wall time
+    aside) are one policy; the first name stays, the others are listed as its aliases. Returns the runs
+    without the duplicates and {(scenario, policy): [other names]}."""
+    from pdgym.baselines.registry import policy_class
+
+    if not len(runs):
+        return runs, {}
+    value_cols = [c for c in runs.columns if c in E.METRIC_KEYS and c != "wall_time_s"]
+    aliases: dict = {}
+    drop = set()
+    for sc in scenarios:
+        sub = runs[(runs.scenario == sc.key) & (runs.kind == "baseline")]
+        names = list(dict.fromkeys(sub.policy))
+        for i, a in enumerate(names):
+            if (sc.key, a) in drop:
+                continue
+            ga = sub[sub.policy == a].sort_values("seed")
+            for b in names[i + 1:]:
+                if (sc.key, b) in drop:
+                    continue
+                try:
+                    ca, cb = policy_class(sc.point, a), policy_class(sc.point, b)
+                except ConfigError:
+                    continue
+                if not (issubclass(ca, cb) or issubclass(cb, ca)):
+                    continue
+                gb = sub[sub.policy == b].sort_values("seed")
+                if list(ga.seed) == list(gb.seed) and np.allclose(ga[value_cols].to_numpy(float),
+                                                                  gb[value_cols].to_numpy(float),
+                                                                  rtol=0, atol=0, equal_nan=True):
+                    aliases.setdefault((sc.key, a), []).append(b)
+                    drop.add((sc.key, b))
+    keep = [(s, p) not in drop for s, p in zip(runs.scenario, runs.policy)]
+    return runs[keep].reset_index(drop=True), aliases
+
+
 # --------------------------------------------------------------------------- tables
 def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[str]) -> pd.DataFrame:
-    """Long table (CSV_COLUMNS): one row per scenario x policy x metric, policies ranked by the primary metric."""
+    """Long table (CSV_COLUMNS): one row per scenario x policy x metric, policies ranked by the primary metric;
+    mean and 95% percentile-bootstrap interval over seeds."""
     rows = []
     for sc in scenarios:
         sub = runs[runs.scenario == sc.key] if len(runs) else runs
-        order = rank(sub, sc.primary)
-        for pol in order:
+        for pol in rank(sub, sc.primary):
             g = sub[sub.policy == pol]
             kind = g.kind.iloc[0]
             for m in dict.fromkeys([sc.primary, *metrics]):
@@ -172,6 +317,121 @@ def rank(sub: pd.DataFrame, metric: str) -> list[str]:
     return list(key.sort_values(na_position="last", kind="stable").index)
 
 
+def reference(runs: pd.DataFrame, sc: BoardScenario) -> str | None:
+    """The best heuristic of a scenario: its best-ranked baseline (headroom rows and agents excluded)."""
+    sub = runs[(runs.scenario == sc.key) & (runs.kind == "baseline")] if len(runs) else runs
+    order = rank(sub, sc.primary)
+    return order[0] if order else None
+
+
+def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
+    """Per scenario and policy: paired ratio to the reference on the primary metric (bootstrap over the
+    seeds both ran), its verdict in words and whether the interval excludes zero."""
+    rows = []
+    for sc in scenarios:
+        sub = runs[runs.scenario == sc.key] if len(runs) else runs
+        ref = reference(runs, sc)
+        if ref is None:
+            continue
+        y = sub[sub.policy == ref].set_index("seed")[sc.primary]
+        for pol in rank(sub, sc.primary):
+            g = sub[sub.policy == pol]
+            x = g.set_index("seed")[sc.primary]
+            common = [s for s in x.index if s in y.index]
+            p = E.paired_ratio(x[common].to_numpy(), y[common].to_numpy())
+            rows.append({"scenario": sc.key, "policy": pol, "kind": g.kind.iloc[0], "reference": ref,
+                         "metric": sc.primary, "rel": p["rel"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
+                         "seeds": p["n"], "verdict": "reference" if pol == ref else
+                         E.verdict(sc.primary, p["rel"], p["ci_low"], p["ci_high"]),
+                         "sentence": "" if pol == ref else E.describe(sc.primary, pol, ref, p)})
+    return pd.DataFrame(rows)
+
+
+def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
+    """Across seeds and scenarios (rliable): per policy, the interquartile mean of its normalised score on
+    each scenario's primary metric (1 = the reference's mean; above 1 is better) and its probability of
+    improvement over the reference (P(score > reference's score), averaged over scenarios)."""
+    from rliable import metrics as rm
+
+    per: dict[str, list] = {}
+    for sc in scenarios:
+        sub = runs[runs.scenario == sc.key] if len(runs) else runs
+        ref = reference(runs, sc)
+        if ref is None:
+            continue
+        y = sub[sub.policy == ref].set_index("seed")[sc.primary]
+        ym = float(y.mean())
+        if not math.isfinite(ym) or ym == 0:
+            continue
+
+        def norm(v, ym=ym, sc=sc):
+            v = np.asarray(v, dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return v / ym if E.direction(sc.primary) > 0 else ym / v
+
+        for pol, g in sub.groupby("policy", sort=False):
+            x = g.set_index("seed")[sc.primary]
+            common = [s for s in x.index if s in y.index]
+            per.setdefault(pol, []).append((sc.key, g.kind.iloc[0], norm(x[common]), norm(y[common])))
+    rows = []
+    for pol, items in per.items():
+        n = min(len(i[2]) for i in items)
+        xs = np.stack([i[2][:n] for i in items], axis=1)  # runs x tasks
+        ys = np.stack([i[3][:n] for i in items], axis=1)
+        if n == 0 or not np.isfinite(xs).all():
+            continue
+        rows.append({"policy": pol, "kind": items[0][1], "scenarios": " ".join(i[0] for i in items),
+                     "iqm_score": float(rm.aggregate_iqm(xs)), "mean_score": float(xs.mean()),
+                     "prob_improvement": float(rm.probability_of_improvement(xs, ys)), "seeds": n})
+    out = pd.DataFrame(rows)
+    return out.sort_values("iqm_score", ascending=False).reset_index(drop=True) if len(out) else out
+
+
+def measure_regime(runs: pd.DataFrame, sc: BoardScenario, capacity: float, rate: float | None) -> dict:
+    """The regime measured on the regime policy's runs, checked against the declared bounds."""
+    pol = regime_policy(sc)
+    g = runs[(runs.scenario == sc.key) & (runs.policy == pol)] if len(runs) else runs
+    raw = sc.raw(rate)
+    wl = raw["workload"]
+    out = {"scenario": sc.key, "regime_policy": pol, "capacity_rps": capacity}
+    if wl.get("arrival") == "closed":
+        out["offered_rps"] = math.nan
+        out["load"] = float(wl["concurrency"]) / float(g.batch_mean.mean()) if len(g) else math.nan
+        out["load_def"] = "concurrency / mean running requests per pass"
+    else:
+        out["offered_rps"] = float(wl["rate"]) if wl.get("rate") else math.nan
+        out["load"] = out["offered_rps"] / capacity if capacity and math.isfinite(capacity) else math.nan
+        out["load_def"] = "arrival rate / burst capacity"
+    out["pool_mean"] = float(g.pool_mean.mean()) if len(g) else math.nan
+    out["pool_empty_frac"] = float(g.pool_empty_frac.mean()) if len(g) else math.nan
+    declared = sc.regime
+    problems = []
+    lo_hi = declared.get("load")
+    if lo_hi is not None:
+        lo, hi = lo_hi
+        if not (math.isfinite(out["load"]) and lo <= out["load"] <= hi):
+            problems.append(f"load {out['load']:.2f} outside [{lo}, {hi}]")
+    if declared.get("pool_mean_min") is not None and not (out["pool_mean"] >= declared["pool_mean_min"]):
+        problems.append(f"pool mean {out['pool_mean']:.1f} < {declared['pool_mean_min']}")
+    if declared.get("pool_empty_max") is not None and not (out["pool_empty_frac"] <= declared["pool_empty_max"]):
+        problems.append(f"empty-pool steps {out['pool_empty_frac']:.0%} > {declared['pool_empty_max']:.0%}")
+    out["declared"] = ", ".join(f"{k}: {v}" for k, v in declared.items() if k != "why")
+    out["why"] = declared.get("why", "")
+    out["in_regime"] = not problems
+    out["flag"] = "; ".join(problems)
+    return out
+
+
+def seeds_rule(pairs: pd.DataFrame, sc: BoardScenario) -> dict:
+    """Enough seeds when every paired interval on the primary metric is narrower than `effect` (the
+    smallest relative difference the scenario exists to show): max width < effect."""
+    p = pairs[(pairs.scenario == sc.key) & (pairs.verdict != "reference")] if len(pairs) else pairs
+    widths = (p.ci_high - p.ci_low).dropna() if len(p) else pd.Series(dtype=float)
+    width = float(widths.max()) if len(widths) else math.nan
+    return {"scenario": sc.key, "effect": sc.effect, "max_ci_width": width,
+            "seeds_enough": bool(math.isfinite(width) and width < sc.effect)}
+
+
 def _fmt(v: float) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -184,69 +444,124 @@ def _cell(table: pd.DataFrame, metric: str, ci: bool = True) -> dict:
             for p, r in t.iterrows()}
 
 
-def scenario_frame(table: pd.DataFrame, sc: BoardScenario, metrics: list[str]) -> pd.DataFrame:
-    """Wide view of one scenario: rank, policy, kind, primary metric with its 95% interval, other means."""
+def scenario_frame(table: pd.DataFrame, sc: BoardScenario, metrics: list[str], pairs: pd.DataFrame | None = None,
+                   aliases: dict | None = None, runs: pd.DataFrame | None = None,
+                   drop_constant: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """Wide view of one scenario: rank, policy (with its aliases), kind, primary metric with its 95%
+    interval, the paired difference to the reference, other means (units in headers), seeds stopped
+    early. `drop_constant`: metric columns equal for every policy are dropped and returned as notes."""
     t = table[table.scenario == sc.key]
     pols = list(dict.fromkeys(t.policy))
     kinds = t.drop_duplicates("policy").set_index("policy").kind
     seeds = t[t.metric == sc.primary].set_index("policy").seeds
-    out = pd.DataFrame({"rank": range(1, len(pols) + 1), "policy": pols, "kind": [kinds[p] for p in pols]})
+    aliases = aliases or {}
+    names = [p + (f" (= {', '.join(aliases[(sc.key, p)])})" if (sc.key, p) in aliases else "") for p in pols]
+    out = pd.DataFrame({"rank": range(1, len(pols) + 1), "policy": names, "kind": [kinds[p] for p in pols]})
     prim = _cell(t, sc.primary)
-    out[f"{sc.primary} (95% CI)"] = [prim.get(p, "-") for p in pols]
+    out[f"{with_unit(sc.primary)} mean [95% CI]"] = [prim.get(p, "-") for p in pols]
+    if pairs is not None and len(pairs):
+        pr = pairs[pairs.scenario == sc.key].set_index("policy")
+        col = []
+        for p in pols:
+            if p not in pr.index:
+                col.append("-")
+            elif pr.loc[p, "verdict"] == "reference":
+                col.append("reference")
+            else:
+                r = pr.loc[p]
+                ci = f" [{r.ci_low:+.1%}, {r.ci_high:+.1%}]" if math.isfinite(r.ci_low) else ""
+                col.append(f"{r.rel:+.1%}{ci} {r.verdict}")
+        out["vs reference (paired)"] = col
+    notes = []
     for m in metrics:
-        if m != sc.primary:
-            c = _cell(t, m, ci=False)
-            out[m] = [c.get(p, "-") for p in pols]
+        if m == sc.primary or (m.startswith("pool_") and sc.point != "decode"):  # the pool is the router's
+            continue
+        c = _cell(t, m, ci=False)
+        vals = [c.get(p, "-") for p in pols]
+        if drop_constant and len(set(vals)) == 1 and len(vals) > 1:
+            notes.append(f"{with_unit(m)} = {vals[0]} for every policy")
+            continue
+        out[with_unit(m)] = vals
     out["seeds"] = [int(seeds.get(p, 0)) for p in pols]
-    return out
+    if runs is not None and len(runs) and "stopped" in runs:
+        sub = runs[runs.scenario == sc.key]
+        stopped = sub[sub.stopped.fillna("") != ""].groupby("policy").size()
+        out["stopped early"] = [int(stopped.get(p, 0)) for p in pols]
+    return out, notes
 
 
-def standings(table: pd.DataFrame, scenarios: list[BoardScenario]) -> list[dict]:
-    """Per scenario: the best baseline and the best agent on the primary metric (the goal of issue 6)."""
+def standings(table: pd.DataFrame, scenarios: list[BoardScenario], pairs: pd.DataFrame | None = None) -> list[dict]:
+    """Per scenario: the reference (best heuristic) and the best agent on the primary metric, with the
+    paired comparison in words (better / worse / no clear difference)."""
     out = []
     for sc in scenarios:
         t = table[(table.scenario == sc.key) & (table.metric == sc.primary)]
-        best = {}
-        for kind in ("baseline", "agent"):
+        row = {"scenario": sc.key, "primary": sc.primary,
+               "direction": "higher is better" if E.direction(sc.primary) > 0 else "lower is better"}
+        for kind in ("baseline", "agent", "headroom"):
             k = t[t.kind == kind]
             if len(k):
-                best[kind] = k.iloc[0]  # already ranked
-        row = {"scenario": sc.key, "primary": sc.primary}
-        for kind, r in best.items():
-            row[f"best_{kind}"] = r.policy
-            row[f"{kind}_mean"] = r["mean"]
-        if len(best) == 2 and best["baseline"]["mean"]:
-            rel = best["agent"]["mean"] / best["baseline"]["mean"] - 1
-            row["agent_vs_baseline"] = rel
-            row["agent_better"] = bool(E.direction(sc.primary) * rel > 0)
+                row[f"best_{kind}"] = k.iloc[0].policy  # already ranked
+                row[f"{kind}_mean"] = float(k.iloc[0]["mean"])
+        if pairs is not None and len(pairs):
+            pr = pairs[pairs.scenario == sc.key].set_index("policy")
+            for kind in ("agent", "headroom"):
+                if f"best_{kind}" in row and row[f"best_{kind}"] in pr.index:
+                    r = pr.loc[row[f"best_{kind}"]]
+                    row[f"{kind}_vs_reference"] = float(r.rel)
+                    row[f"{kind}_ci"] = [float(r.ci_low), float(r.ci_high)]
+                    row[f"{kind}_verdict"] = r.verdict
+                    row[f"{kind}_sentence"] = r.sentence
+            row["agent_better"] = row.get("agent_verdict") == "better"
         out.append(row)
     return out
 
 
 # --------------------------------------------------------------------------- plots
+def colours(policies: list[str]) -> dict:
+    """One distinct colour per policy (tab20, then tab20b), the same in every plot of a board."""
+    import matplotlib
+
+    cmap = [*matplotlib.colormaps["tab20"].colors, *matplotlib.colormaps["tab20b"].colors]
+    return {p: cmap[i % len(cmap)] for i, p in enumerate(dict.fromkeys(policies))}
+
+
 def make_plots(runs: pd.DataFrame, table: pd.DataFrame, scenarios: list[BoardScenario], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
+    col = colours(list(table.policy))
     paths = []
     for sc in scenarios:
         t = table[(table.scenario == sc.key) & (table.metric == sc.primary)]
         if not len(t):
             continue
-        paths.append(bars(t, f"{sc.primary} (mean, 95% CI)", sc.key, out / f"{sc.key}_{sc.primary}.png"))
-        paths.append(tradeoff(runs[runs.scenario == sc.key], sc.key, out / f"{sc.key}_ttft_tpot.png"))
+        arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
+        paths.append(bars(t, f"{with_unit(sc.primary)}, {arrow}", sc.key, out / f"{sc.key}_{sc.primary}.png", col))
+        paths.append(tradeoff(runs[runs.scenario == sc.key], sc.key, out / f"{sc.key}_ttft_tpot.png", col))
     return paths
 
 
-def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path) -> Path:
-    """Ranked bars of one metric with 95% intervals; agents in orange, baselines in blue."""
+HATCH = {"agent": "//", "headroom": ".."}
+
+
+def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path, col: dict | None = None) -> Path:
+    """Ranked bars of one metric with 95% intervals, one colour per policy (agents hatched //, headroom
+    rows dotted); a log axis where the largest mean is over 20x the smallest (one policy dwarfs the rest)."""
     import matplotlib.pyplot as plt
 
+    col = col or colours(list(t.policy))
     fig, ax = plt.subplots(figsize=(max(4.5, 0.7 * len(t) + 2), 3.8))
     x = np.arange(len(t))
-    ax.bar(x, t["mean"], yerr=((t.ci_high - t.ci_low) / 2).fillna(0.0), capsize=3,
-           color=["tab:orange" if k == "agent" else "tab:blue" for k in t.kind])
+    mean = t["mean"].to_numpy(float)
+    err = np.vstack([np.clip(mean - t.ci_low.to_numpy(float), 0, None), np.clip(t.ci_high.to_numpy(float) - mean, 0, None)])
+    ax.bar(x, mean, yerr=np.nan_to_num(err), capsize=3, color=[col[p] for p in t.policy],
+           hatch=[HATCH.get(k, "") for k in t.kind], edgecolor="black", linewidth=0.5)
+    pos = mean[np.isfinite(mean) & (mean > 0)]
+    log = len(pos) > 1 and pos.max() > 20 * pos.min()
+    if log:
+        ax.set_yscale("log")
     ax.set_xticks(x, t.policy, rotation=30, ha="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} (best first; orange: agents)", fontsize=9)
+    ax.set_ylabel(ylabel + (" (log scale)" if log else ""), fontsize=8)
+    ax.set_title(f"{title} (best first; // agents, .. headroom)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -254,16 +569,27 @@ def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path) -> Path:
     return path
 
 
-def tradeoff(runs: pd.DataFrame, title: str, path: Path) -> Path:
-    """Mean TTFT vs mean TPOT per policy with 95% intervals on both axes (agents as squares)."""
+def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None) -> Path:
+    """Mean TTFT vs mean TPOT per policy with 95% intervals on both axes (agents as squares); log axes
+    where one policy is over 20x the others."""
     import matplotlib.pyplot as plt
 
+    col = col or colours(list(runs.policy))
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    xs, ys = [], []
     for pol, g in runs.groupby("policy", sort=False):
         x, y = E.interval(g.tpot_mean), E.interval(g.ttft_mean)
         agent = g.kind.iloc[0] == "agent"
-        ax.errorbar(x["mean"], y["mean"], xerr=(x["ci_high"] - x["ci_low"]) / 2,
-                    yerr=(y["ci_high"] - y["ci_low"]) / 2, fmt="s" if agent else "o", capsize=3, label=pol)
+        xerr = [[max(x["mean"] - x["ci_low"], 0)], [max(x["ci_high"] - x["mean"], 0)]]
+        yerr = [[max(y["mean"] - y["ci_low"], 0)], [max(y["ci_high"] - y["mean"], 0)]]
+        ax.errorbar(x["mean"], y["mean"], xerr=xerr, yerr=yerr, fmt="s" if agent else "o", capsize=3, label=pol,
+                    color=col.get(pol))
+        xs.append(x["mean"])
+        ys.append(y["mean"])
+    for vals, setter in ((xs, ax.set_xscale), (ys, ax.set_yscale)):
+        v = np.asarray([a for a in vals if math.isfinite(a) and a > 0])
+        if len(v) > 1 and v.max() > 20 * v.min():
+            setter("log")
     ax.set_xlabel("TPOT mean (s)")
     ax.set_ylabel("TTFT mean (s)")
     ax.set_title(f"{title}: TTFT / TPOT trade-off (lower-left is better)", fontsize=9)
@@ -276,26 +602,82 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- writers
-def write_markdown(table: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[str], meta: dict,
-                   failures: list[dict], path: Path) -> str:
+@dataclass
+class Board:
+    """Everything a writer needs about one finished board."""
+
+    scenarios: list[BoardScenario]
+    metrics: list[str]
+    meta: dict
+    table: pd.DataFrame
+    runs: pd.DataFrame
+    pairs: pd.DataFrame
+    agg: pd.DataFrame
+    regimes: list[dict]
+    rules: list[dict]
+    aliases: dict
+    failures: list[dict]
+    standings: list[dict] = field(default_factory=list)
+
+
+def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
+    """(title line, regime line, notes) of scenario i, as plain text."""
+    sc, rg, rule, st = b.scenarios[i], b.regimes[i], b.rules[i], b.standings[i]
+    arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
+    title = (f"`{sc.scenario}` {' '.join(sc.overrides)}; decision point {sc.point}; ranked by {sc.primary} "
+             f"({arrow}). {sc.note}").rstrip()
+    flag = "in regime" if rg["in_regime"] else f"OUT OF REGIME: {rg['flag']}"
+    regime = (f"Regime ({flag}): load {_fmt(rg['load'])} ({rg['load_def']}; capacity {_fmt(rg['capacity_rps'])} "
+              f"req/s)" + (f", pool mean {_fmt(rg['pool_mean'])}, empty-pool steps {_fmt(rg['pool_empty_frac'])}"
+                            if math.isfinite(rg["pool_mean"]) else "")
+              + f", measured on {rg['regime_policy']}; declared {rg['declared'] or 'nothing'}. {rg['why']}").rstrip()
+    notes = []
+    for kind in ("agent", "headroom"):
+        if st.get(f"{kind}_sentence"):
+            notes.append(("Best agent: " if kind == "agent" else "Headroom: ") + st[f"{kind}_sentence"] + ".")
+    if not sc.headroom and sc.headroom_note:
+        notes.append(f"No headroom row: {sc.headroom_note}")
+    if math.isfinite(rule["max_ci_width"]):
+        notes.append(f"Seeds: widest paired 95% interval {rule['max_ci_width']:.1%} wide vs the effect to show "
+                     f"{sc.effect:.0%}: {'enough' if rule['seeds_enough'] else 'NOT enough seeds'}.")
+    else:
+        notes.append("Seeds: no paired comparison to judge them by.")
+    return title, regime, notes
+
+
+def write_markdown(b: Board, path: Path) -> str:
     lines = ["# pdgym leaderboard", "",
-             (f"Seeds {meta['seeds']} of the `{meta['split']}` split; mean and 95% Student-t interval over seeds. "
-             f"Ranked by each scenario's primary metric."), ""]
-    st = standings(table, scenarios)
-    for sc, s in zip(scenarios, st):
-        arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
-        lines += [f"## {sc.key}", "", f"`{sc.scenario}` {' '.join(sc.overrides)}; decision point **{sc.point}**; "
-                  f"primary metric `{sc.primary}` ({arrow}). {sc.note}".rstrip(), ""]
-        lines += [scenario_frame(table, sc, metrics).to_markdown(index=False), ""]
-        if "agent_vs_baseline" in s:
-            lines += [(f"Best agent `{s['best_agent']}` vs best baseline `{s['best_baseline']}`: "
-                      f"{s['agent_vs_baseline']:+.1%} on `{sc.primary}` "
-                      f"({'better' if s['agent_better'] else 'not better'})."), ""]
-    if failures:
-        lines += ["## Runs that failed", "", pd.DataFrame(failures).to_markdown(index=False), ""]
+             (f"Seeds {b.meta['seeds']} of the `{b.meta['split']}` split (every policy replays the same traffic per "
+              f"seed); mean and 95% percentile-bootstrap interval over seeds; `vs reference`: paired ratio of "
+              f"means to the best heuristic, minus one, with a paired bootstrap interval. Commit "
+              f"{b.meta.get('commit', '?')}, generated {b.meta['generated']}."), ""]
+    for i, sc in enumerate(b.scenarios):
+        title, regime, notes = _scenario_head(b, i)
+        frame, const = scenario_frame(b.table, sc, b.metrics, b.pairs, b.aliases, b.runs, drop_constant=True)
+        lines += [f"## {sc.key}", "", title, "", regime, "", frame.to_markdown(index=False), ""]
+        if const:
+            lines += ["Constant columns: " + "; ".join(const) + ".", ""]
+        lines += [*notes, ""]
+        stopped = b.runs[(b.runs.scenario == sc.key) & (b.runs.stopped.fillna("") != "")] if len(b.runs) else []
+        for _, r in (stopped.iterrows() if len(stopped) else []):
+            lines.append(f"- {r.policy} seed {r.seed} stopped early: {r.stopped}")
+        lines.append("")
+    if len(b.agg):
+        lines += ["## Across seeds and scenarios (rliable)", "",
+                  "IQM: interquartile mean of the normalised score (1 = the scenario's reference; above 1 is better); "
+                  "P(improvement): probability that a run of the policy beats a run of the reference, averaged over "
+                  "scenarios.", "", b.agg.to_markdown(index=False, floatfmt=".3f"), ""]
+    if b.failures:
+        lines += ["## Runs that failed", "", pd.DataFrame(b.failures).to_markdown(index=False), ""]
     text = "\n".join(lines)
-    path.write_text(text)
+    _atomic_write(path, text)
     return text
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _img(path: Path) -> str:
@@ -303,59 +685,82 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def write_html(table: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[str], meta: dict,
-               failures: list[dict], plot_dir: Path, path: Path) -> None:
-    """A self-contained page: tables and inline base64 plots, no external resources."""
-    st = standings(table, scenarios)
+SORT_JS = """<script>
+function sortBy(th){const table=th.closest('table');const body=table.tBodies[0];const i=[...th.parentNode.children].indexOf(th);
+const asc=th.dataset.dir!=='asc';th.parentNode.querySelectorAll('th').forEach(h=>delete h.dataset.dir);th.dataset.dir=asc?'asc':'desc';
+const num=s=>{const m=s.match(/^[-+]?[0-9.]+(e[-+]?[0-9]+)?/i);return m?parseFloat(m[0]):NaN};
+[...body.rows].sort((a,b)=>{const x=a.cells[i].textContent,y=b.cells[i].textContent,nx=num(x),ny=num(y);
+const c=(isNaN(nx)||isNaN(ny))?x.localeCompare(y):nx-ny;return asc?c:-c}).forEach(r=>body.appendChild(r));}
+</script>"""
+
+
+def _html_table(frame: pd.DataFrame, key: str, cls: str = "leaderboard") -> str:
+    head = "".join(f"<th onclick='sortBy(this)' title='click to sort'>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for _, r in frame.iterrows():
+        kind = str(r.get("kind", ""))
+        rows.append(f"<tr class='{html.escape(kind)}'>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values)
+                    + "</tr>")
+    return (f"<table class='{cls}' data-scenario='{html.escape(key)}'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def write_html(b: Board, plot_dir: Path, path: Path) -> None:
+    """A self-contained page: sortable tables (click a header) and inline base64 plots, no external resources."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>pdgym leaderboard</title><style>",
-        "body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;margin:1em 0}",
-        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}",
-        "td:nth-child(2),th:nth-child(2){text-align:left}tr.agent{background:#eef6ff}",
-        "img{max-width:640px;margin:4px}.note{color:#555}</style></head><body>",
+        "body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}",
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}th{cursor:pointer;background:#f3f3f3}",
+        "td:nth-child(2),th:nth-child(2){text-align:left}tr.agent{background:#fff3e0}tr.headroom{background:#eef6ff}",
+        ".out{color:#b00020;font-weight:bold}.ok{color:#1b5e20}",
+        "img{max-width:640px;margin:4px}.note{color:#555}</style>", SORT_JS, "</head><body>",
         "<h1>pdgym leaderboard</h1>",
-        (f"<p class='note'>Seeds {html.escape(str(meta['seeds']))} of the <code>{html.escape(str(meta['split']))}"
-        f"</code> split; mean and 95% Student-t interval over seeds; generated {html.escape(meta['generated'])}."
-        "</p>")]
-    for sc, s in zip(scenarios, st):
-        frame = scenario_frame(table, sc, metrics)
-        arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
-        parts.append(f"<h2 id='{html.escape(sc.key)}'>{html.escape(sc.key)}</h2><p class='note'>"
-                     f"<code>{html.escape(sc.scenario)}</code> {html.escape(' '.join(sc.overrides))}; decision point "
-                     f"<b>{sc.point}</b>; ranked by <code>{sc.primary}</code> ({arrow}). {html.escape(sc.note)}</p>")
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
-        body = "".join(f"<tr class='{r['kind']}'>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values)
-                       + "</tr>" for _, r in frame.iterrows())
-        parts.append(f"<table class='leaderboard' data-scenario='{html.escape(sc.key)}'><thead><tr>{head}</tr>"
-                     f"</thead><tbody>{body}</tbody></table>")
-        if "agent_vs_baseline" in s:
-            parts.append(f"<p>Best agent <b>{html.escape(s['best_agent'])}</b> vs best baseline "
-                         f"<b>{html.escape(s['best_baseline'])}</b>: {s['agent_vs_baseline']:+.1%} on "
-                         f"<code>{sc.primary}</code>.</p>")
+        (f"<p class='note'>Seeds {html.escape(str(b.meta['seeds']))} of the <code>{html.escape(str(b.meta['split']))}"
+         "</code> split (every policy replays the same traffic per seed); mean and 95% percentile-bootstrap interval "
+         "over seeds; <i>vs reference</i>: paired ratio of means to the best heuristic minus one, paired bootstrap "
+         f"interval. Commit {html.escape(str(b.meta.get('commit', '?')))}, generated "
+         f"{html.escape(b.meta['generated'])}. Rows: orange agents, blue headroom (oracle) rows.</p>")]
+    for i, sc in enumerate(b.scenarios):
+        title, regime, notes = _scenario_head(b, i)
+        frame, const = scenario_frame(b.table, sc, b.metrics, b.pairs, b.aliases, b.runs, drop_constant=True)
+        cls = "ok" if b.regimes[i]["in_regime"] else "out"
+        parts.append(f"<h2 id='{html.escape(sc.key)}'>{html.escape(sc.key)}</h2>"
+                     f"<p class='note'>{html.escape(title.replace('`', ''))}</p>"
+                     f"<p class='{cls}'>{html.escape(regime)}</p>")
+        parts.append(_html_table(frame, sc.key))
+        if const:
+            parts.append(f"<p class='note'>Constant columns: {html.escape('; '.join(const))}.</p>")
+        parts += [f"<p>{html.escape(n)}</p>" for n in notes]
         for name in (f"{sc.key}_{sc.primary}.png", f"{sc.key}_ttft_tpot.png"):
             if (plot_dir / name).is_file():
                 parts.append(_img(plot_dir / name))
-    if failures:
-        parts.append("<h2>Runs that failed</h2>" + pd.DataFrame(failures).to_html(index=False))
+    if len(b.agg):
+        parts.append("<h2>Across seeds and scenarios (rliable)</h2><p class='note'>IQM: interquartile mean of the "
+                     "normalised score (1 = the reference; above 1 is better); P(improvement) over the reference.</p>")
+        parts.append(_html_table(b.agg.round(3), "aggregate", cls="aggregate"))
+    if b.failures:
+        parts.append("<h2>Runs that failed</h2>" + pd.DataFrame(b.failures).to_html(index=False))
     parts.append("</body></html>")
-    path.write_text("\n".join(parts))
+    _atomic_write(path, "\n".join(parts))
+
+
+def print_board(b: Board) -> None:
+    """A compact console view: per scenario the ranked policies, the paired comparison in words, the regime."""
+    from tabulate import tabulate
+
+    for i, sc in enumerate(b.scenarios):
+        keep = [m for m in ("throughput_tok_s", "ttft_mean", "tpot_mean") if m != sc.primary]
+        frame, _ = scenario_frame(b.table, sc, keep, b.pairs, b.aliases, b.runs)
+        title, regime, notes = _scenario_head(b, i)
+        print(f"\n{sc.key} ({sc.scenario}, {sc.point}; ranked by {sc.primary}, "
+              f"{'higher' if E.direction(sc.primary) > 0 else 'lower'} is better)")
+        print(tabulate(frame.drop(columns=["seeds"]), headers="keys", tablefmt="simple", showindex=False))
+        print(regime)
+        for n in notes:
+            print(n)
 
 
 # --------------------------------------------------------------------------- training entries
-def print_board(table: pd.DataFrame, scenarios: list[BoardScenario], st: list[dict]) -> None:
-    """A compact console view: per scenario the ranked policies on the primary metric and key metrics."""
-    from tabulate import tabulate
-
-    for sc, s in zip(scenarios, st):
-        frame = scenario_frame(table, sc, [m for m in ("throughput_tok_s", "ttft_mean", "tpot_mean")
-                                           if m != sc.primary])
-        print(f"\n{sc.key} ({sc.scenario}, {sc.point}; ranked by {sc.primary})")
-        print(tabulate(frame.drop(columns=["seeds"]), headers="keys", tablefmt="simple", showindex=False))
-        if "agent_vs_baseline" in s:
-            print(f"best agent {s['best_agent']} vs best baseline {s['best_baseline']}: "
-                  f"{s['agent_vs_baseline']:+.1%} on {sc.primary}")
-
-
 def train_agents(entries: list[dict], out: Path) -> list[dict]:
     """Train each `train:` entry with pdgym-train's code (in this process) and list it as an agent."""
     agents = []
@@ -369,47 +774,140 @@ def train_agents(entries: list[dict], out: Path) -> list[dict]:
         run = out / "agents" / label
         train.train_from_overrides(list(e.pop("overrides", [])), run, name=label)
         agents.append({"label": label, "path": str(run), "scenarios": e.pop("scenarios", None)})
-        if e:
-            raise ConfigError(f"train.{label}.{next(iter(e))}: unknown key; allowed: label, overrides, scenarios")
     return agents
 
 
 # --------------------------------------------------------------------------- the app
+def check_config(cfg: dict) -> dict:
+    """Every input checked before anything runs or is written: one ConfigError line naming the key."""
+    seeds = cfg.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                            and s >= 0 for s in seeds):
+        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: got {seeds!r}; each seed once")
+    splits = cfg.get("splits") or {}
+    if cfg.get("split") is not None and cfg["split"] not in splits:
+        raise ConfigError(f"split: got {cfg['split']!r}; allowed: {', '.join(splits)}, null")
+    n_jobs = cfg.get("n_jobs")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
+        raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
+    E.check_metric_names("metrics", cfg.get("metrics"))
+    E.check_budget("budget_s", cfg.get("budget_s"))
+    for key in ("agents", "train"):
+        if not isinstance(cfg.get(key) or [], list):
+            raise ConfigError(f"{key}: got {cfg.get(key)!r}; must be a list of entries")
+    labels = []
+    for a in cfg.get("agents") or []:
+        if not isinstance(a, dict) or set(a) - {"label", "path", "scenarios"} or "label" not in a or "path" not in a:
+            raise ConfigError(f"agents: entry {a!r} must be {{label, path, scenarios (optional)}}")
+        labels.append(check_label("agents.label", a["label"]))
+        if not Path(str(a["path"])).exists():
+            raise ConfigError(f"agents.{a['label']}.path: {a['path']} does not exist")
+    for e in cfg.get("train") or []:
+        if not isinstance(e, dict) or "label" not in e or set(e) - {"label", "overrides", "scenarios"}:
+            raise ConfigError(f"train: entry {e!r} must be {{label, overrides, scenarios (optional)}}")
+        labels.append(check_label("train.label", e["label"]))
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"agents / train: duplicate labels in {labels}")
+    scenarios = board_scenarios(cfg.get("scenarios") or {})
+    if not scenarios:
+        raise ConfigError("scenarios: none left to run")
+    for sc in scenarios:  # compose each scenario once: a bad override fails here, before any run
+        sc.raw()
+        E.check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
+    return {"seeds": seeds, "scenarios": scenarios}
+
+
+def git_commit() -> str:
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                           cwd=Path(__file__).parent, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10, cwd=Path(__file__).parent, check=False).stdout.strip()
+        return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def board_dir(out: Path) -> Path:
+    """A new dated directory under `out` (never an existing one)."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    d = out / stamp
+    k = 1
+    while d.exists():
+        d = out / f"{stamp}_{k}"
+        k += 1
+    d.mkdir(parents=True)
+    return d
+
+
+def point_latest(out: Path, target: Path) -> None:
+    """OUT/latest -> target, replaced atomically."""
+    link = out / "latest"
+    tmp = out / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(target.name, tmp)
+    os.replace(tmp, link)
+
+
 def build(cfg: dict) -> dict:
     """Run the whole board from a plain config dict; returns paths and the standings."""
     t0 = time.perf_counter()
-    scenarios = board_scenarios(cfg["scenarios"])
-    seeds = list(cfg["seeds"])
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    checked = check_config(cfg)
+    scenarios, seeds = checked["scenarios"], checked["seeds"]
     split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
-    out = Path(cfg["out_dir"])
-    out.mkdir(parents=True, exist_ok=True)
+    budget = E.check_budget("budget_s", cfg.get("budget_s"))
+    root = Path(cfg["out_dir"])
+    out = board_dir(root)
     agents = [dict(a) for a in cfg.get("agents") or []]
-    for a in agents:
-        if set(a) - {"label", "path", "scenarios"} or "label" not in a or "path" not in a:
-            raise ConfigError(f"agents: entry {a} must have label, path (and optional scenarios)")
     agents += train_agents(list(cfg.get("train") or []), out)
-    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]))
+    capacity = {sc.key: measure_capacity(sc, split) for sc in scenarios if sc.regime or sc.load}
+    rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
+             if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
+    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
+                               rates)
+    runs, aliases = merge_aliases(runs, scenarios)
     metrics = list(cfg["metrics"])
     table = summarise(runs, scenarios, metrics)
-    table.to_csv(out / "leaderboard.csv", index=False)
-    runs.to_csv(out / "runs.csv", index=False)
-    meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S")}
+    pairs = paired(runs, scenarios)
+    agg = aggregate(runs, scenarios)
+    regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
+    rules = [seeds_rule(pairs, sc) for sc in scenarios]
+    meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "budget_s": budget}
+    b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
+    b.standings = standings(table, scenarios, pairs)
+    for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),
+                        ("aggregate.csv", agg), ("regime.csv", pd.DataFrame(regimes))):
+        frame.to_csv(out / (name + ".tmp"), index=False)
+        (out / (name + ".tmp")).replace(out / name)
     plot_dir = out / "plots"
     if cfg["plots"]:
         make_plots(runs, table, scenarios, plot_dir)
-    write_markdown(table, scenarios, metrics, meta, failures, out / "leaderboard.md")
-    write_html(table, scenarios, metrics, meta, failures, plot_dir, out / "leaderboard.html")
-    st = standings(table, scenarios)
+    write_markdown(b, out / "leaderboard.md")
+    write_html(b, plot_dir, out / "leaderboard.html")
+    empty = [sc.key for sc in scenarios if not len(runs) or not (runs.scenario == sc.key).any()]
+    good = not empty or bool(cfg.get("tolerate_failures"))
     summary = {"out_dir": str(out), "scenarios": [s.key for s in scenarios], "seeds": seeds,
-               "runs": len(runs), "failures": failures, "standings": st,
-               "wall_time_s": time.perf_counter() - t0}
+               "runs": len(runs), "failures": failures, "failed_scenarios": empty, "standings": b.standings,
+               "regimes": regimes, "seeds_rule": rules, "aliases": {f"{k[0]}/{k[1]}": v for k, v in aliases.items()},
+               "meta": meta, "wall_time_s": time.perf_counter() - t0}
     write_json(out / "summary.json", summary)
+    if good:
+        point_latest(root, out)
     if cfg.get("print", True):
-        print_board(table, scenarios, st)
+        print_board(b)
         print(f"\nleaderboard: {out / 'leaderboard.md'} | {out / 'leaderboard.html'} | {out / 'leaderboard.csv'}; "
-              f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)")
+              f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)" + (f"; {root / 'latest'} -> {out.name}"
+                                                                          if good else ""))
+    if not good:
+        print(f"pdgym-leaderboard: every run failed on {', '.join(empty)} (see {out / 'leaderboard.md'}); "
+              f"{root / 'latest'} left unchanged; tolerate_failures=true accepts such a board", file=sys.stderr)
+        raise SystemExit(1)
     return summary
 
 
