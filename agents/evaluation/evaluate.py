@@ -579,7 +579,7 @@ def _app(cfg) -> dict:
         st = stats[k]
         t.add_row(k, "higher is better" if direction(k) > 0 else "lower is better", f"{st['mean']:.4g}",
                   f"[{st['ci_low']:.4g}, {st['ci_high']:.4g}]", f"{st['std']:.3g}")
-    Console().print(t)
+    Console(width=max(Console().width, 110)).print(t)
     for s, m in zip(ev.seeds, ev.per_seed):
         if m["stopped"]:
             print(f"seed {s} stopped early: {m['stopped']}")

@@ -208,16 +208,18 @@ def regime_policy(sc: BoardScenario) -> str:
     return pol if isinstance(pol, str) else (pol or {}).get("name", "")
 
 
-def measure_capacity(sc: BoardScenario, split: dict | None) -> float:
+def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | None = None) -> float:
     """Requests per second the regime policy sustains on this scenario's traffic (split run 0): every
     request arrives at once, completions per second between the 20% and 80% completion quantiles (of the
     first tokens for a prefill scenario: the stage under test; of the finishes otherwise).
-    NaN for a closed loop (its load is concurrency over the running batch; see measure_regime)."""
+    NaN for a closed loop (its load is concurrency over the running batch; see measure_regime).
+    `max_requests` caps the burst (the tier is full well before; a 20K-request pool only slows the run)."""
     raw = sc.raw()
     wl = raw["workload"]
     if wl.get("arrival") == "closed":
         return math.nan
-    burst = dict(raw, workload=dict(wl, arrival="poisson", rate=1e6, time_scale=None))
+    n = min(int(wl["num_requests"]), int(max_requests)) if max_requests else int(wl["num_requests"])
+    burst = dict(raw, workload=dict(wl, arrival="poisson", rate=1e6, time_scale=None, num_requests=n))
     cand = E.resolve(regime_policy(sc), sc.point)
     out = E.run_one(burst, raw["policy"], cand, split, 0)
     fin = out.result.requests.query("status == 'finished'")
@@ -646,7 +648,7 @@ def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
 
 
 def write_markdown(b: Board, path: Path) -> str:
-    lines = ["# pdgym leaderboard", "",
+    lines = ["# pdgym leaderboard", "", *([f"**{b.meta['banner']}**", ""] if b.meta.get("banner") else []),
              (f"Seeds {b.meta['seeds']} of the `{b.meta['split']}` split (every policy replays the same traffic per "
               f"seed); mean and 95% percentile-bootstrap interval over seeds; `vs reference`: paired ratio of "
               f"means to the best heuristic, minus one, with a paired bootstrap interval. Commit "
@@ -715,6 +717,7 @@ def write_html(b: Board, plot_dir: Path, path: Path) -> None:
         ".out{color:#b00020;font-weight:bold}.ok{color:#1b5e20}",
         "img{max-width:640px;margin:4px}.note{color:#555}</style>", SORT_JS, "</head><body>",
         "<h1>pdgym leaderboard</h1>",
+        f"<p class='out'>{html.escape(b.meta['banner'])}</p>" if b.meta.get("banner") else "",
         (f"<p class='note'>Seeds {html.escape(str(b.meta['seeds']))} of the <code>{html.escape(str(b.meta['split']))}"
          "</code> split (every policy replays the same traffic per seed); mean and 95% percentile-bootstrap interval "
          "over seeds; <i>vs reference</i>: paired ratio of means to the best heuristic minus one, paired bootstrap "
@@ -865,7 +868,8 @@ def build(cfg: dict) -> dict:
     out = board_dir(root)
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out)
-    capacity = {sc.key: measure_capacity(sc, split) for sc in scenarios if sc.regime or sc.load}
+    capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
+                if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
              if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
     runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
@@ -878,7 +882,7 @@ def build(cfg: dict) -> dict:
     regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "budget_s": budget}
+            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "budget_s": budget, "banner": cfg.get("banner") or ""}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)
     for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),
@@ -900,6 +904,8 @@ def build(cfg: dict) -> dict:
     if good:
         point_latest(root, out)
     if cfg.get("print", True):
+        if meta["banner"]:
+            print(meta["banner"])
         print_board(b)
         print(f"\nleaderboard: {out / 'leaderboard.md'} | {out / 'leaderboard.html'} | {out / 'leaderboard.csv'}; "
               f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)" + (f"; {root / 'latest'} -> {out.name}"
