@@ -42,6 +42,7 @@ gamma 0.9, refresh 16, q_min 0.7.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +52,7 @@ from pdgym.envs.sim.validation import check_float, check_int
 
 from .predictors import expected_steps, make_predictor
 from .registry import register
-from .routers import active_arrays, pool_arrays
+from .routers import LoadOrder, active_arrays, pool_arrays
 
 if TYPE_CHECKING:  # pragma: no cover
     from pdgym.envs.sim import Simulator
@@ -174,6 +175,7 @@ class _BalanceRoute(DecodeRouter):
         self.horizon = 1
         self.alpha, self.beta = 1.0, None
         self.weights = np.ones(1)
+        self._order = LoadOrder()
 
     def _beta(self, d) -> float:
         return float(d.dp - 1) if self.beta is None else self.beta
@@ -185,10 +187,16 @@ class _BalanceRoute(DecodeRouter):
     def admitted(self, sim: Simulator, rid: int) -> None:
         """Hook: `rid` was just admitted by this router."""
 
+    def reset(self, sim: Simulator) -> None:
+        self._order = LoadOrder()
+
     def route(self, sim: Simulator, inst: int) -> None:
+        """One round. Stage 2 reads only its window: the K oldest pool entries (`islice` of the pool) or
+        the K heaviest (`LoadOrder`); Stage 1 scores the whole pool, as the algorithm says, and builds
+        the pool arrays only when it runs (more than `stage1_free` of the slots free)."""
         d = sim.decode[inst]
-        rids, loads = pool_arrays(sim)
-        if not len(rids):
+        pool = sim.pool
+        if not pool:
             return
         proj = self.projection(sim, inst)
         lmax = proj.max(axis=0)
@@ -197,60 +205,73 @@ class _BalanceRoute(DecodeRouter):
         open_ = free > 0
         total_free = int(free.sum())
         alpha, beta, wts = self.alpha, self._beta(d), self.weights
-        if self.order == "length":
-            o = np.argsort(-loads, kind="stable")
-            rids, loads = rids[o], loads[o]
-        alive = np.ones(len(rids), dtype=bool)
-        head = list(range(len(rids)))  # Stage 2 queue: alive positions in order; the window is its first K
-        dirty = False
+        by_length = self.order == "length"
+        if by_length:
+            order = self._order
+            order.sync(sim)
+        prompt, done = sim.req.prompt, sim.req.done
+        whole = None  # Stage 1's (ids, loads, alive) over the whole pool, in `order`
         stage1_until = self.stage1_free * d.dp * d.batch_limit
         K = self.window
-        n_left = len(rids)
 
-        def take(w: int, pos: list[int]) -> None:
-            nonlocal n_left, total_free
+        def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
+            """Admit (id, load) pairs to worker w; which were admitted."""
+            nonlocal total_free
             delta = 0
-            for p in pos:
-                rid = int(rids[p])
-                if sim.admit(rid, inst, w):
+            taken = []
+            for rid, load in items:
+                ok = sim.admit(rid, inst, w)
+                taken.append(ok)
+                if ok:
                     self.admitted(sim, rid)
-                    delta += int(loads[p])
-                    alive[p] = False
+                    delta += load
                     free[w] -= 1
                     total_free -= 1
-                    n_left -= 1
             room[w] -= delta
             proj[w] += delta
             np.maximum(lmax, proj[w], out=lmax)
             if free[w] <= 0:
                 open_[w] = False
+            return taken
 
-        while n_left and open_.any():
+        while pool and open_.any():
             margins = lmax - proj
             lowest = margins[:, 0] if margins.shape[1] == 1 else margins.min(axis=1)
             w = int(np.argmax(np.where(open_, free * 1e12 + lowest, -np.inf)))
             score = Score(margins[w].astype(np.float64), wts, alpha, beta)
             if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
+                if whole is None:
+                    rids, loads = pool_arrays(sim)
+                    if by_length:
+                        o = np.argsort(-loads, kind="stable")
+                        rids, loads = rids[o], loads[o]
+                    whole = rids, loads, np.ones(len(rids), dtype=bool)
+                rids, loads, alive = whole
                 cand = np.flatnonzero(alive & (loads <= room[w]))
                 if not len(cand):
                     open_[w] = False
                     continue
-                take(w, [int(cand[int(np.argmax(score.many(loads[cand])))])])
-                dirty = True
+                p = int(cand[int(np.argmax(score.many(loads[cand])))])
+                if take(w, [(int(rids[p]), int(loads[p]))])[0]:
+                    alive[p] = False
                 continue
-            if dirty:
-                head = [p for p in head if alive[p]]
-                dirty = False
-            win = head[:K]
-            sizes = loads[win].tolist()
+            if by_length:  # the K heaviest
+                entries = order.head(sim, K)
+                win = [(e[2], -e[0]) for e in entries]
+            else:
+                win = [(rid, int(prompt[rid] + done[rid])) for rid in islice(pool, K)]
+            sizes = [load for _, load in win]
             chosen, best = best_subset(sizes, int(free[w]), int(room[w]), score)
+            if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
+                chosen, _ = best_subset(sizes, 1, int(room[w]), score)
             if not chosen:
                 open_[w] = False  # nothing in the window fits this worker's KV
                 continue
-            if best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
-                chosen, _ = best_subset(sizes, 1, int(room[w]), score)
-            take(w, [win[i] for i in chosen])
-            head = [p for p in win if alive[p]] + head[K:]
+            taken = take(w, [win[i] for i in chosen])
+            if by_length:
+                for i, ok in zip(chosen, taken):
+                    if ok:
+                        order.remove(entries[i])
 
 
 @register("decode", "br0")
@@ -285,6 +306,7 @@ class BRH(_BalanceRoute):
         self.predictor = make_predictor(predictor, train_trace, train_rows, train_samples, min_samples)
 
     def reset(self, sim):
+        super().reset(sim)
         self.predictor.bind(sim, self.horizon)
         n = sim.req.n
         self._tau = np.zeros(n)  # tau_hat at the last refresh

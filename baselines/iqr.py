@@ -19,7 +19,7 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
 
 from .registry import register
-from .routers import pool_arrays
+from .routers import LoadOrder
 
 if TYPE_CHECKING:  # pragma: no cover
     from pdgym.envs.sim import Simulator
@@ -54,15 +54,24 @@ class IQRRouter(DecodeRouter):
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
             raise ConfigError(f"policy.decode.k: got {k!r}; must be a number >= 0 (Tukey's fence: 1.5)")
         self.k = float(k)
+        self._order = LoadOrder()
+
+    def reset(self, sim):
+        self._order = LoadOrder()
 
     def route(self, sim: Simulator, inst: int) -> None:
+        """Requests heaviest first; one that fits no free unit is passed over, so the next admission is
+        the heaviest request that fits the largest free room, found by bisection (`LoadOrder`)."""
         d = sim.decode[inst]
-        rids, loads = pool_arrays(sim)
-        o = np.argsort(-loads, kind="stable")
-        for rid, load in zip(rids[o].tolist(), loads[o].tolist()):
+        order = self._order
+        order.sync(sim)
+        while True:
             free = d.batch < d.batch_limit
             if not free.any():
                 return
-            ok = free & (d.kv + load <= d.kv_cap)
-            if ok.any():
-                sim.admit(rid, inst, iqr_choice(d.batch, d.kv, ok, self.k))
+            _, e = order.first_fitting(sim, int((d.kv_cap - d.kv)[free].max()))
+            if e is None:
+                return
+            ok = free & (d.kv - e[0] <= d.kv_cap)  # e[0] is minus the load
+            sim.admit(e[2], inst, iqr_choice(d.batch, d.kv, ok, self.k))
+            order.remove(e)

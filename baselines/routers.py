@@ -7,17 +7,20 @@ work-conserving, so at saturation (one freed slot per finishing request) they ca
 the imbalance they leave is what BalanceRoute's request selection removes.
 
 The helpers at the top are the state views the decode-side policies share (BalanceRoute, IQR, the
-DecodeRouting env): pool arrays, current per-request loads of active requests.
+DecodeRouting env): pool arrays, current per-request loads of active requests, and two lazy readers of
+the pool (`pool_in_order`, `LoadOrder`) so that a round costs what it admits or looks at, never the
+whole pool: under overload the pool grows without bound while each round admits a few requests.
 """
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
+from sortedcontainers import SortedList
 
 from .registry import register
 
@@ -32,6 +35,85 @@ def pool_arrays(sim: Simulator) -> tuple[np.ndarray, np.ndarray]:
     rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
     req = sim.req
     return rids, req.prompt[rids] + req.done[rids]
+
+
+def pool_in_order(sim: Simulator, chunk: int = 16):
+    """Pool request ids in arrival (pool) order, read a few at a time: the caller may admit (remove)
+    each id it is given, and a caller that stops early has read only about what it used. Reading
+    resumes after the ids given so far that are still pooled, so the cost is O(ids read)."""
+    start = 0
+    while True:
+        ids = list(islice(sim.pool, start, start + chunk))
+        if not ids:
+            return
+        yield from ids
+        pool = sim.pool
+        start += sum(1 for rid in ids if rid in pool)
+        chunk *= 2
+
+
+class LoadOrder:
+    """The decode pool ordered by load (prompt + tokens produced), heaviest first, ties in pool order,
+    kept across rounds in a sorted list, so a round reads only the pool's new entries and the entries
+    it admits or looks at, and finds the first request that fits a given room by bisection.
+
+    New entries are found from the end of the pool (a dict in insertion order) back to the first one
+    already indexed; an entry is identified by (id, `req.buf_t`), its last buffering time, which a
+    request that left the pool and came back (preempted and prefilled again) has changed. Entries
+    that left the pool otherwise are dropped when met. A different pool object (a planning copy of
+    the simulator) re-indexes from scratch. Keys are (-load, sequence, id, buf_t).
+    """
+
+    def __init__(self):
+        self._pool = None
+
+    def sync(self, sim: Simulator) -> None:
+        """Index the entries that entered the pool since the last call."""
+        if sim.pool is not self._pool:
+            self._pool, self.keys, self._seen, self._seq = sim.pool, SortedList(), {}, 0
+        req, seen, pool = sim.req, self._seen, sim.pool
+        buf_t = req.buf_t
+        new = []
+        for rid in reversed(pool):
+            t = float(buf_t[rid])
+            if seen.get(rid) == t:
+                break
+            new.append((rid, t))
+        seq = self._seq
+        entries = []
+        for rid, t in reversed(new):
+            seen[rid] = t
+            entries.append((-int(req.prompt[rid] + req.done[rid]), seq, rid, t))
+            seq += 1
+        self._seq = seq
+        self.keys.update(entries)
+
+    def at(self, sim: Simulator, i: int) -> tuple | None:
+        """The first entry at or after position i that is still pooled (dropping those that are not)."""
+        keys, pool, seen = self.keys, sim.pool, self._seen
+        while i < len(keys):
+            e = keys[i]
+            if e[2] in pool and seen.get(e[2]) == e[3]:
+                return e
+            del keys[i]
+        return None
+
+    def first_fitting(self, sim: Simulator, room: int) -> tuple[int, tuple | None]:
+        """Position and entry of the heaviest pooled request with load <= room (earliest on ties)."""
+        i = self.keys.bisect_left((-room, -1))
+        return i, self.at(sim, i)
+
+    def head(self, sim: Simulator, k: int) -> list[tuple]:
+        """The k heaviest pooled entries."""
+        out, i = [], 0
+        while len(out) < k and (e := self.at(sim, i)) is not None:
+            out.append(e)
+            i += 1
+        return out
+
+    def remove(self, e: tuple) -> None:
+        """Forget an entry just admitted."""
+        self.keys.remove(e)
 
 
 def active_arrays(sim: Simulator, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,14 +140,22 @@ class _FCFSRouter(DecodeRouter):
 
     def route(self, sim: Simulator, inst: int) -> None:
         d = sim.decode[inst]
-        rids, loads = pool_arrays(sim)
-        for rid, load in zip(rids.tolist(), loads.tolist()):
-            free = d.batch < d.batch_limit
-            if not free.any():
+        prompt, done = sim.req.prompt, sim.req.done
+        any_free = bool((d.batch < d.batch_limit).any())
+        too_big = None  # smallest load that fit no worker this round: larger ones cannot fit either
+        for rid in pool_in_order(sim):
+            if not any_free:
                 return
+            load = int(prompt[rid] + done[rid])
+            if too_big is not None and load >= too_big:
+                continue
+            free = d.batch < d.batch_limit
             ok = free & (d.kv + load <= d.kv_cap)
             if ok.any():
                 sim.admit(rid, inst, self.pick(sim, d, np.flatnonzero(ok)))
+                any_free = bool((d.batch < d.batch_limit).any())
+            else:
+                too_big = load
 
     def pick(self, sim: Simulator, d: DecodeInstance, cand: np.ndarray) -> int:
         raise NotImplementedError
