@@ -1,72 +1,32 @@
 """DecodeRouting-v0: the agent is the decode router of a decode tier; prefill runs a configured baseline.
 
-Decisions. At each step boundary of a decode instance with a non-empty pool and a free slot, the
-agent admits requests one at a time. The pool is ordered by length, descending (`order="length"`,
-BalanceRoute's window order) or by arrival (`order="arrival"`); the head is the first request in that
-order that some worker can take. Action w < max_workers puts the head on worker w; action max_workers
-(END) closes admissions until the next step; with `skip=True` (default) action max_workers + 1 (SKIP)
-leaves the head in the pool for this step and moves to the next request, which gives the agent the
-request selection BalanceRoute relies on (`skip=False`: the plain worker-or-END action set).
-`action_masks()` allows the workers with a free slot and KV room for the head, and END / SKIP unless
-the instance has no running request (ending then would idle it).
-
-Observation (Box float32, [global | workers], `obs_layout` for a permutation-invariant extractor;
-padding rows are zero, feature 0 flags a real worker). Token scale S = batch_limit x `token_scale`.
-Global (12): pool size / (N B), mean and max pool load / (4 token_scale), head load / (4 token_scale),
-head tokens produced / token_scale, head wait since its first token (s), L_max / S, mean load / S,
-free-slot fraction, admissions this boundary / B, N / max_workers, END / SKIP allowed.
-Per worker (8, + 3 with `horizon_features`): present, load / S, batch / B, free slots / B, safe margin
-(L_max - L_w) / S, margin left after the head (m_w - head load) / S, can take the head, free KV
-fraction; optionally the projected load L_w(t + h) / S at h = H/4, H/2, H from a predictor of
-pdgym.baselines.predictors (BR-H's projection, `horizon_features` = oracle | survival | memo).
-Values are clipped to [-1, 8].
-
-Reward (documented objective). `reward="idle"` (default): for every decode step executed since the
-previous action, minus its barrier idle in token units as a fraction of the step's worst case,
-sum_w (L_max - L_w) / (N L_max) (the step reads L_w KV tokens on worker w and waits for the
-heaviest); 0 for decisions inside one boundary. The fraction is scale-free, so holding requests
-back does not pay: a thinly loaded tier is maximally unbalanced. `reward="throughput"`: for every
-executed step, its output tokens per second over a reference (N B tokens in the step time of a
-balanced, full tier with S KV tokens per worker). Both times `reward_scale`.
-
-A masked action (an unmasked agent, an env checker's random sample) is replaced as in AgentPolicy
-(END if allowed, else the least-loaded worker that fits) and counted in `info["invalid_actions"]`.
-
-Episodes: one run of the scenario's workload (`overrides` such as workload.num_requests=600 make it
-short); terminated when every request is resolved, truncated after `max_steps` decisions if set.
-`info` carries running metrics (imbalance_mean, idle_frac_mean, throughput_tok_s, pool, finished,
-decode_steps, decisions) and, at the end, the run's `summary` (DESIGN section 5 keys).
-
-`AgentPolicy(predict, **env_kwargs)` runs a trained agent as a DecodeRouter through `simulate()`
-with the same observation and action code; `teacher_action(policy)` gives the action that follows
-a baseline router's plan for the current boundary (for behaviour cloning).
+`DecodeRoutingEnv` (its docstring documents the env in Gymnasium's sections), the policy core it
+shares with `AgentPolicy` (a trained agent as a DecodeRouter inside `simulate()`), and the shadow
+simulator `_DryRun` that reads a baseline router's plan for behaviour cloning.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable
-from typing import ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
-from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
-from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
-from pdgym.envs.sim.validation import check_int
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = "pdgym/DecodeRouting-v0"
+MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 N_GLOBAL, N_WORKER, N_HORIZON = 12, 8, 3
 ORDERS = ("length", "arrival")
 REWARDS = ("idle", "throughput")
 LOW, HIGH = -1.0, 8.0
-ENV_ONLY = ("scenario", "overrides", "config", "prefill", "batching", "reward", "reward_scale", "max_steps")
 
 
 class _Router(DecodeRouter):
@@ -77,16 +37,11 @@ class _Router(DecodeRouter):
     def __init__(self, order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
                  horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
                  skip: bool = True):
-        if not isinstance(skip, bool):
-            raise ConfigError(f"env.skip: got {skip!r}; must be true or false")
-        self.skip = skip
-        if order not in ORDERS:
-            raise ConfigError(f"env.order: got {order!r}; allowed: {', '.join(ORDERS)}")
+        self.skip = check_bool(skip, "env.skip")
+        check_choice(order, "env.order", ORDERS)
         self.order = order
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
-        if isinstance(token_scale, bool) or not isinstance(token_scale, (int, float)) or not token_scale > 0:
-            raise ConfigError(f"env.token_scale: got {token_scale!r}; must be > 0")
-        self.token_scale = float(token_scale)
+        self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
         self.projector = None
         if horizon_features is not None:
             try:
@@ -111,9 +66,20 @@ class _Router(DecodeRouter):
         return (spaces.Box(LOW, HIGH, shape=(self.obs_size,), dtype=np.float32),
                 spaces.Discrete(self.n_actions))
 
-    def layout(self) -> dict:
+    @property
+    def obs_layout(self) -> dict:
         return {"n_slots": self.max_workers, "per_slot_dim": self.per_worker, "global_dim": N_GLOBAL,
                 "slots_first": False, "mask_index": 0}
+
+    def action_meanings(self) -> list[str]:
+        return [f"worker {w}" for w in range(self.max_workers)] + ["END", "SKIP"][: self.n_actions - self.max_workers]
+
+    def default_action(self, sim, mask: np.ndarray) -> int:
+        """END when allowed, else the least-loaded worker that fits (the mask never leaves neither)."""
+        if mask[self.end]:
+            return self.end
+        d = sim.decode[self.inst]
+        return int(np.argmin(np.where(mask[:d.dp], d.kv, np.iinfo(np.int64).max)))
 
     # -------------------------------------------------------------- life cycle
     def reset(self, sim):
@@ -260,23 +226,21 @@ class AgentPolicy(_Router):
     """
 
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        init_from_env_kwargs(super().__init__, env_kwargs, ENV_ONLY)
+        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
         self.predict = predict
         self.invalid_actions = 0
+
+    def reset(self, sim):
+        super().reset(sim)
+        self._space = self.spaces()[1]
 
     def route(self, sim, inst):
         while self.next_decision(sim, inst):
             m = self.mask(sim)
-            a = int(self.predict(self.observe(sim, m), m))
-            if not (0 <= a < len(m)) or not m[a]:
-                self.invalid_actions += 1
-                a = self.end if m[self.end] else _least_loaded(sim.decode[inst], m)
+            a, bad = resolve_action(self._space, m, self.predict(self.observe(sim, m), m),
+                                    lambda m=m: self.default_action(sim, m))
+            self.invalid_actions += bad
             self.apply(sim, a)
-
-
-def _least_loaded(d, mask: np.ndarray) -> int:
-    ok = mask[:d.dp]
-    return int(np.argmin(np.where(ok, d.kv, np.iinfo(np.int64).max)))
 
 
 class _StepMeter:
@@ -346,90 +310,195 @@ class _DryRun:
         pass
 
 
-class DecodeRoutingEnv(gym.Env):
-    """Gymnasium env: the agent routes a decode tier's pool to its workers (module docstring for details)."""
+class DecodeRoutingEnv(PdgymEnv):
+    """## Description
 
-    metadata: ClassVar[dict] = {"render_modes": []}
+    The agent is the decode router of a decode tier (BalanceRoute's setting, ALGORITHMS.md s6): at
+    each step boundary of a decode instance with a non-empty pool and a free slot it admits pooled
+    requests one at a time to the instance's DP-attention workers, which then step together behind
+    a barrier (the step lasts as long as its heaviest worker). Prefill runs a configured baseline.
+    The pool is ordered by length, descending (`order="length"`, BalanceRoute's window order) or by
+    arrival (`order="arrival"`); the head is the first request in that order that some worker can take.
 
-    def __init__(self, scenario: str = "decode_tier_n16", overrides=(), config: dict | None = None,
-                 order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
-                 horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
-                 skip: bool = True, prefill="round_robin", batching=None, reward: str = "idle",
-                 reward_scale: float = 1.0, max_steps: int | None = None):
-        self.sim_config = merge_sim_config(load_scenario(scenario, list(overrides)).sim, config)
-        wl = dataclasses.replace(self.sim_config.workload, num_requests=1, phases=None)
-        probe = Simulator(dataclasses.replace(self.sim_config, workload=wl), None, 0)
-        if not probe.decode:
-            raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
-        self.router = _EnvAdapter(order=order, max_workers=max_workers, token_scale=token_scale,
-                                  horizon_features=horizon_features, horizon=horizon, train_trace=train_trace,
-                                  skip=skip)
-        self.router.bind_size(max(d.dp for d in probe.decode))
-        d0 = probe.decode[0]
-        S = d0.batch_limit * self.router.token_scale
-        full = np.full(d0.dp, float(d0.batch_limit))
-        self._ref_tput = d0.dp * d0.batch_limit / d0.cost.pass_time(d0.zeros, d0.zeros, full, np.full(d0.dp, S))
+    One env per scenario: `gym.make("pdgym/DecodeRouting-v0", scenario="decode_tier_ht_n16")`; the
+    disaggregated scenarios of `pdgym.envs.scenario.scenario_names()` apply (decode_tier_n8 / n16 / n32,
+    decode_tier_ht_n8 / n16 / n32, decode_tier_iqr_n32, ds_v3_h800_3p1d*, pd_ratio_*p*d).
+
+    ## Action Space
+
+    `Discrete(max_workers + 2)` (`skip=True`, default) or `Discrete(max_workers + 1)` (`skip=False`):
+    w < max_workers puts the head on worker w; max_workers (END) closes admissions until the next
+    step; max_workers + 1 (SKIP) leaves the head pooled for this step and offers the next request,
+    which gives the agent BalanceRoute's request selection. `action_masks()` allows the workers with a
+    free slot and KV room for the head, and END / SKIP unless the instance has no running request
+    (ending then would idle it). `get_action_meanings()` names each action.
+
+    Invalid actions: {rule} Here the default action is END when allowed, else the least-loaded worker
+    that fits.
+
+    ## Observation Space
+
+    `Box(-1, 8, (12 + P x max_workers,), float32)`, [global | one row per worker], P = 8 (+ 3 with
+    `horizon_features`); padding rows are zero; `obs_layout` describes it. S = batch_limit x
+    `token_scale`, B = batch limit, N = workers, L_w = KV tokens of worker w, L_max = max_w L_w.
+
+    | index            | feature                                                  | min | max |
+    |------------------|----------------------------------------------------------|-----|-----|
+    | 0                | pool size / (N B)                                        | 0   | 8   |
+    | 1                | mean load of the head and the requests after it / (4 token_scale) | 0 | 8 |
+    | 2                | max load of the head and the requests after it / (4 token_scale)  | 0 | 8 |
+    | 3                | head load (prompt + tokens produced) / (4 token_scale)   | 0   | 8   |
+    | 4                | head tokens produced / token_scale                       | 0   | 8   |
+    | 5                | head wait since its first token (s)                      | 0   | 8   |
+    | 6                | L_max / S                                                | 0   | 8   |
+    | 7                | mean L_w / S                                             | 0   | 8   |
+    | 8                | free-slot fraction of the instance                       | 0   | 1   |
+    | 9                | admissions this boundary / B                             | 0   | 8   |
+    | 10               | N / max_workers                                          | 0   | 1   |
+    | 11               | END / SKIP allowed                                       | 0   | 1   |
+    | 12 + P w + 0     | worker w present (0 on padding rows)                     | 0   | 1   |
+    | 12 + P w + 1     | L_w / S                                                  | 0   | 8   |
+    | 12 + P w + 2     | batch / B                                                | 0   | 1   |
+    | 12 + P w + 3     | free slots / B                                           | 0   | 1   |
+    | 12 + P w + 4     | safe margin (L_max - L_w) / S                            | 0   | 8   |
+    | 12 + P w + 5     | margin after the head (L_max - L_w - head load) / S      | -1  | 8   |
+    | 12 + P w + 6     | worker can take the head (its mask bit)                  | 0   | 1   |
+    | 12 + P w + 7     | free KV fraction                                         | 0   | 1   |
+    | 12 + P w + 8..10 | projected load L_w(t + h) / S at h = H/4, H/2, H (`horizon_features`) | 0   | 8   |
+
+    Values are clipped to [-1, 8]. The projection is BR-H's (`horizon_features` names its predictor:
+    oracle, survival or memo; `horizon` = H steps).
+
+    ## Rewards
+
+    `reward="idle"` (default): for every decode step executed since the previous action, minus its
+    barrier idle as a fraction of the step's worst case, sum_w (L_max - L_w) / (N L_max) (the step
+    reads L_w KV tokens on worker w and waits for the heaviest); 0 for decisions inside one boundary.
+    The fraction is scale-free, so holding requests back does not pay (a thinly loaded tier is
+    maximally unbalanced). `reward="throughput"`: for every executed step, its output tokens per
+    second over a reference (N B tokens in the step time of a balanced, full tier with S KV tokens
+    per worker). Both times `reward_scale`.
+
+    ## Starting State
+
+    An empty cluster at t = 0; `reset` runs the simulator to the first decision. On a trace
+    workload the episode replays a window of the trace drawn from `trace_split` (default "train");
+    the seed draws the window and the simulator's random streams (see `TraceWindow`).
+
+    ## Episode End
+
+    Terminated when every request of the episode's workload is resolved (finished or rejected).
+    Truncated after `max_episode_steps` decisions (registered default {max_steps}; gym.make's
+    TimeLimit) or when decisions let no request progress for `stall_s` simulated seconds
+    (info["stalled"]). info carries running metrics (imbalance_mean, idle_frac_mean,
+    throughput_tok_s, pool, finished, decode_steps, decisions, invalid_actions) and, when the env ends the
+    episode (terminated or stalled), the run's `summary` (DESIGN section 5 keys;
+    `env.unwrapped.summary()` after TimeLimit's truncation).
+
+    ## Arguments
+
+    Episode: `scenario` ("decode_tier_n16"), `overrides` (Hydra-style, e.g.
+    ["workload.num_requests=600"]), `config` (nested dict merged over it), `trace_split` ("train" |
+    "val" | "test" | None), `stall_s` (60.0), `render_mode` (None | "ansi" | "rgb_array"); reward:
+    `reward` ("idle" | "throughput"), `reward_scale` (1.0); other points: `prefill` ("round_robin"),
+    `batching` (None); observation and actions (the policy core's, also taken by AgentPolicy):
+    `order` ("length"), `max_workers` (None: the tier's), `token_scale` (1024.0), `horizon_features`
+    (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True).
+
+    {torch}
+
+    `AgentPolicy(predict, **env_kwargs)` runs a trained agent as a DecodeRouter through `simulate()`
+    with the same observation and action code; `teacher_action(policy)` gives the action that follows
+    a baseline router's plan for the current boundary (behaviour cloning).
+
+    ## Version History
+
+    - v0: first version (base contract: one invalid-action rule, stall detection, seeded trace
+      windows, render modes).
+    """
+
+    ENV_ID = ENV_ID
+    POINT = "decode"
+    DEFAULT_SCENARIO = "decode_tier_n16"
+
+    def __init__(self, scenario: str = "decode_tier_n16", *, prefill="round_robin", batching=None,
+                 reward: str = "idle", reward_scale: float = 1.0, **kwargs):
         self.prefill_spec, self.batching_spec = prefill, batching
         make_policy("prefill", prefill)  # fail at construction on a bad spec
         make_policy("batching", batching)
-        if reward not in REWARDS:
-            raise ConfigError(f"env.reward: got {reward!r}; allowed: {', '.join(REWARDS)}")
+        check_choice(reward, "env.reward", REWARDS)
         self.reward_kind = reward
-        if isinstance(reward_scale, bool) or not isinstance(reward_scale, (int, float)) or not reward_scale > 0:
-            raise ConfigError(f"env.reward_scale: got {reward_scale!r}; must be > 0")
-        self.reward_scale = float(reward_scale)
-        self.max_steps = check_int(max_steps, "env.max_steps", 1, allow_none=True)
-        self.observation_space, self.action_space = self.router.spaces()
-        self.obs_layout = self.router.layout()
-        self.sim: Simulator | None = None
-        self._done = True
+        self.reward_scale = check_float(reward_scale, "env.reward_scale", lo_open=True)
         self._teacher = None
+        super().__init__(scenario, **kwargs)
 
-    # -------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        sim_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.sim = Simulator(self.sim_config, {"prefill": make_policy("prefill", self.prefill_spec),
-                                               "batching": make_policy("batching", self.batching_spec),
-                                               "decode": self.router}, seed=sim_seed)
+    # -------------------------------------------------------------- PdgymEnv hooks
+    def _check_cluster(self, probe):
+        if not probe.decode:
+            raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
+
+    def _make_core(self, options):
+        return make_core(_EnvAdapter, options)
+
+    def _size_core(self, probe):
+        self.core.bind_size(max(d.dp for d in probe.decode))
+        d0 = probe.decode[0]
+        S = d0.batch_limit * self.core.token_scale
+        full = np.full(d0.dp, float(d0.batch_limit))
+        self._ref_tput = d0.dp * d0.batch_limit / d0.cost.pass_time(d0.zeros, d0.zeros, full, np.full(d0.dp, S))
+
+    def _policies(self):
+        return {"prefill": make_policy("prefill", self.prefill_spec),
+                "batching": make_policy("batching", self.batching_spec), "decode": self.core}
+
+    def _begin(self):
         self.meters = []
         for d in self.sim.decode:
             d.cost = _StepMeter(d.cost, self._ref_tput)
             self.meters.append(d.cost)
-        self._steps = 0
-        self._invalid = 0
         self._mark = (0.0, 0.0)
         self._teacher = None
-        self._done = self._advance()
-        return self._obs(), self._info()
+        return self._advance()
 
-    def step(self, action):
-        if self.sim is None:
-            raise RuntimeError("DecodeRouting: call reset() before step()")
-        if self._done:
-            raise RuntimeError("DecodeRouting: the episode has ended; call reset()")
-        r, sim = self.router, self.sim
-        a = int(action)
-        invalid = not (0 <= a < len(self._mask)) or not self._mask[a]
-        if invalid:  # same fallback as AgentPolicy (random actions of env checkers land here)
-            self._invalid += 1
-            a = r.end if self._mask[r.end] else _least_loaded(sim.decode[r.inst], self._mask)
+    def _act(self, a):
+        r, sim = self.core, self.sim
         inst = r.inst
         r.apply(sim, a)
-        if not r.next_decision(sim, inst):
-            self._done = self._advance()
-        self._steps += 1
-        reward = self._reward()
-        truncated = self.max_steps is not None and self._steps >= self.max_steps and not self._done
-        return self._obs(), reward, self._done, truncated, self._info()
+        return False if r.next_decision(sim, inst) else self._advance()
+
+    def _reward(self):
+        idle = sum(m.idle for m in self.meters)
+        tput = sum(m.tput for m in self.meters)
+        d_idle, d_tput = idle - self._mark[0], tput - self._mark[1]
+        self._mark = (idle, tput)
+        return float((-d_idle if self.reward_kind == "idle" else d_tput) * self.reward_scale)
+
+    def _observe(self):
+        r = self.core
+        if self._done or r.head is None:
+            self._mask = self._end_only()
+            return np.zeros(self.observation_space.shape, dtype=np.float32)
+        self._mask = r.mask(self.sim)
+        return r.observe(self.sim, self._mask)
 
     def action_masks(self) -> np.ndarray:
         if self._done or self.sim is None:
-            m = np.zeros(self.router.n_actions, dtype=bool)
-            m[self.router.end] = True
-            return m
+            return self._end_only()
         return self._mask.copy()
 
+    def default_action(self) -> int:
+        if self._done or self.sim is None:
+            return self.core.end
+        return self.core.default_action(self.sim, self._mask)
+
+    def _info_extra(self):
+        sim = self.sim
+        steps = sum(m.steps for m in self.meters)
+        return {"decode_steps": steps, "pool": len(sim.pool), "throughput_tok_s": sim.tokens_out / max(sim.now, 1e-12),
+                "imbalance_mean": sum(m.imb for m in self.meters) / steps if steps else 0.0,
+                "idle_frac_mean": sum(m.idle for m in self.meters) / steps if steps else 0.0}
+
+    # -------------------------------------------------------------- behaviour cloning
     def teacher_action(self, teacher: DecodeRouter) -> int:
         """The action that follows `teacher`'s plan for this boundary (a dry run of its route() on a copy).
 
@@ -438,7 +507,7 @@ class DecodeRoutingEnv(gym.Env):
         takes the worker of the unplaced planned request closest in load (the env cannot skip it). A
         teacher is exact through the env when the env's order lists its picks (skip=True: always).
         """
-        sim, r = self.sim, self.router
+        sim, r = self.sim, self.core
         if self._done:
             return r.end
         if self._teacher is None or self._teacher[0] is not teacher:
@@ -459,46 +528,28 @@ class DecodeRoutingEnv(gym.Env):
             w = plan.pop(min(plan, key=lambda q: abs(int(loads[q]) - r.head_load)))
         if w is not None and m[w]:
             return int(w)
-        return r.end if m[r.end] else _least_loaded(sim.decode[r.inst], m)
+        return r.default_action(sim, m)
 
     # -------------------------------------------------------------- helpers
+    def _end_only(self) -> np.ndarray:
+        m = np.zeros(self.core.n_actions, dtype=bool)
+        m[self.core.end] = True
+        return m
+
     def _advance(self) -> bool:
         """Run the simulator to the next decision (False) or the end of the run (True)."""
         sim = self.sim
         done = sim.run()
-        while not done and self.router.head is None:  # a pause with no pending decision cannot happen,
+        while not done and self.core.head is None:  # a pause with no pending decision cannot happen,
             done = sim.run()  # but a stray pause (another policy) must not stall the env
         return done
 
-    def _obs(self) -> np.ndarray:
-        r = self.router
-        if self._done or r.head is None:
-            self._mask = self.action_masks()
-            return np.zeros(self.observation_space.shape, dtype=np.float32)
-        self._mask = r.mask(self.sim)
-        return r.observe(self.sim, self._mask)
 
-    def _reward(self) -> float:
-        idle = sum(m.idle for m in self.meters)
-        tput = sum(m.tput for m in self.meters)
-        d_idle, d_tput = idle - self._mark[0], tput - self._mark[1]
-        self._mark = (idle, tput)
-        return float((-d_idle if self.reward_kind == "idle" else d_tput) * self.reward_scale)
-
-    def _info(self) -> dict:
-        sim = self.sim
-        steps = sum(m.steps for m in self.meters)
-        t = max(sim.now, 1e-12)
-        info = {"sim_time": sim.now, "decisions": self._steps, "decode_steps": steps, "pool": len(sim.pool),
-                "finished": len(sim.completed), "invalid_actions": self._invalid,
-                "throughput_tok_s": sim.tokens_out / t,
-                "imbalance_mean": sum(m.imb for m in self.meters) / steps if steps else 0.0,
-                "idle_frac_mean": sum(m.idle for m in self.meters) / steps if steps else 0.0}
-        if self._done:
-            info["summary"] = SimResult(sim).summary()
-        return info
+DecodeRoutingEnv.__doc__ = DecodeRoutingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
+                                                           max_steps=MAX_EPISODE_STEPS)
 
 
 def make_env(**kwargs) -> DecodeRoutingEnv:
-    """A DecodeRouting-v0 env with the given keyword arguments (see DecodeRoutingEnv)."""
+    """The raw env (no wrappers, so its attributes are at hand): no TimeLimit, so episodes run until
+    they terminate or stall. gym.make(ENV_ID, **kwargs) adds the registered max_episode_steps."""
     return DecodeRoutingEnv(**kwargs)

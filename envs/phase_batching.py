@@ -1,58 +1,34 @@
 """PhaseBatching-v0: the agent is the batching policy of one colocated instance.
 
-Action modes (kwarg `mode`):
-- "phase": before every iteration, for each DP unit with a real choice, pick its batch:
-  0 prefill (prefill-only batch under the unit's token budget), 1 decode (every running
-  request steps), 2 mixed (decode-maximal: all decodes plus prompt pieces filling the budget).
-  `action_masks()` marks infeasible phases (nothing to prefill, nothing decoding). Units with a
-  single feasible phase take it without asking when `skip_forced` (default).
-- "threshold": once per cycle and unit, pick theta from `theta_grid` (Discrete) or from
-  [theta_min, theta_max] (`continuous=True`, Box [-1, 1] mapped linearly); with `choose_mode`
-  also EB vs MB (Discrete: actions G..2G-1 mean MB; Box: a second component > 0 means MB). EB runs the EB phase machine
-  (baselines/exclusive_batching.py) with that theta; a cycle ends when a refill ends (EB) or
-  after `mb_cycle_iters` iterations (MB).
-
-Observation (Box [0, 1], float32, size 9 + 11 x max_dp, padded units masked by `present`):
-global: decode ratio estimate mu_O / (mu_L + mu_O), log2(mu_O) / 12, log2(mu_L) / 14, hazard
-p0 x mu_O / 2, IFR slope eta x mu_O^2 / 10, stats fitted, current theta, current mode (1 = MB),
-waiting per slot / 4 over the instance; per unit: present, deciding, running / slots, waiting /
-slots / 4, free slots / slots, free KV fraction, prefilling / slots, decoding / slots, last batch
-one-hot (prefill, decode, mixed). Output-length statistics come only from completed requests.
-
-Reward: for the interval since the previous decision, (completed requests, or output tokens with
-reward="tokens") per second of simulated time, minus `slo_penalty` x (completed requests that
-missed the TTFT or TPOT SLO) per second, times `reward_scale`. Decisions taken at the same
-instant (several DP units) get 0 and the interval carries over. An episode is one run of the
-scenario's workload (terminated at its end; truncated after `max_steps` decisions if set).
-
-`AgentPolicy(predict, **env_kwargs)` replays a trained agent as a BatchingPolicy through
-`simulate()`, with the same observation and action code.
+`PhaseBatchingEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
+shares with `AgentPolicy` (a trained agent as a BatchingPolicy inside `simulate()`). The threshold
+mode drives the EB phase machine of baselines/exclusive_batching.py, held by the core (composition:
+the core is a BatchingPolicy of its own, not a subclass of the baseline).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
-from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
-from pdgym.envs.sim import Simulator
+from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.policy import Batch
-from pdgym.envs.sim.validation import check_float, check_int
+from pdgym.envs.sim.policy import Batch, BatchingPolicy
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = "pdgym/PhaseBatching-v0"
+MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2
+PHASES = ("prefill", "decode", "mixed")
 N_GLOBAL, N_UNIT = 9, 11
 MODES = ("phase", "threshold")
 DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
-ENV_ONLY = ("scenario", "overrides", "config", "prefill", "batching", "reward", "slo_penalty", "reward_scale",
-            "max_steps")
+DEFAULT_THETA = 0.1  # EB's default threshold: what an invalid threshold action falls back to
 
 
 class AgentState(UnitState):
@@ -60,23 +36,34 @@ class AgentState(UnitState):
 
     def __init__(self):
         super().__init__()
-        self.theta = 0.1
+        self.theta = DEFAULT_THETA
         self.mb = False
         self.iters_left = 0
         self.pending = True  # a decision is due (threshold mode: start of a cycle)
         self.last = -1  # last batch kind (0 prefill, 1 decode, 2 mixed)
 
 
-class _AgentBatching(EB):
+class _ThetaEB(EB):
+    """EB's phase machine with a per-unit theta the agent sets (AgentState.theta)."""
+
+    def new_state(self):
+        return AgentState()
+
+    def current_theta(self, st):
+        return st.theta
+
+
+class _AgentBatching(BatchingPolicy):
     """The shared observation / action code; `decide(sim, inst, units)` is the agent hook."""
+
+    name = "agent"
 
     def __init__(self, mode: str = "phase", theta_grid=DEFAULT_GRID, choose_mode: bool = False,
                  continuous: bool = False, theta_min: float = 0.01, theta_max: float = 0.8,
                  mb_cycle_iters: int = 32, max_dp: int = 8, instance: int = 0, skip_forced: bool = True,
                  fallback="mb"):
-        super().__init__(theta=0.1)
-        if mode not in MODES:
-            raise ConfigError(f"env.mode: got {mode!r}; allowed: {', '.join(MODES)}")
+        self.eb = _ThetaEB(theta=DEFAULT_THETA)
+        check_choice(mode, "env.mode", MODES)
         self.mode = mode
         try:
             grid = tuple(float(t) for t in theta_grid)
@@ -86,8 +73,7 @@ class _AgentBatching(EB):
             raise ConfigError(f"env.theta_grid: got {theta_grid!r}; must be a non-empty list of values in (0, 1)")
         self.grid = grid
         for name, v in (("choose_mode", choose_mode), ("continuous", continuous), ("skip_forced", skip_forced)):
-            if not isinstance(v, bool):
-                raise ConfigError(f"env.{name}: got {v!r}; must be true or false")
+            check_bool(v, f"env.{name}")
         self.choose_mode, self.continuous, self.skip_forced = choose_mode, continuous, skip_forced
         self.theta_min = check_float(theta_min, "env.theta_min", 0.0, 1.0, lo_open=True, hi_open=True)
         self.theta_max = check_float(theta_max, "env.theta_max", self.theta_min, 1.0, hi_open=True)
@@ -104,23 +90,49 @@ class _AgentBatching(EB):
             self.n_actions = len(grid) * (2 if choose_mode else 1)
 
     # -------------------------------------------------------------- spaces
-    def observation_space(self) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, shape=(self.obs_size,), dtype=np.float32)
-
-    def action_space(self) -> spaces.Space:
+    def spaces(self) -> tuple[spaces.Box, spaces.Space]:
+        obs = spaces.Box(0.0, 1.0, shape=(self.obs_size,), dtype=np.float32)
         if self.mode == "threshold" and self.continuous:
-            return spaces.Box(-1.0, 1.0, shape=(2 if self.choose_mode else 1,), dtype=np.float32)
-        return spaces.Discrete(self.n_actions)
+            return obs, spaces.Box(-1.0, 1.0, shape=(2 if self.choose_mode else 1,), dtype=np.float32)
+        return obs, spaces.Discrete(self.n_actions)
 
-    # -------------------------------------------------------------- life cycle
-    def reset(self, sim):
-        super().reset(sim)
+    @property
+    def obs_layout(self) -> dict:
+        return {"n_slots": self.max_dp, "per_slot_dim": N_UNIT, "global_dim": N_GLOBAL, "slots_first": False,
+                "mask_index": 0}
+
+    def action_meanings(self) -> list[str]:
+        if self.mode == "phase":
+            return [f"{p} batch" for p in PHASES]
+        if self.continuous:
+            return [f"theta: -1..1 maps to {self.theta_min}..{self.theta_max}",
+                    "mode: > 0 runs MB for the cycle, else EB"][: 2 if self.choose_mode else 1]
+        return [f"{'MB' if a >= len(self.grid) else 'EB'} theta={self.grid[a % len(self.grid)]}"
+                for a in range(self.n_actions)]
+
+    def default_action(self, unit: int):
+        """Phase: mixed, else decode, else prefill (the first the mask allows). Threshold: EB with
+        the grid's theta closest to EB's default (continuous: that theta, EB)."""
+        if self.mode == "phase":
+            m = self.mask(unit)
+            return next(a for a in (MIXED_A, DECODE_A, PREFILL_A) if m[a])
+        if self.continuous:
+            x = 2 * (DEFAULT_THETA - self.theta_min) / (self.theta_max - self.theta_min) - 1
+            return np.array([np.clip(x, -1, 1), -1.0][: 2 if self.choose_mode else 1], dtype=np.float32)
+        return int(np.argmin([abs(t - DEFAULT_THETA) for t in self.grid]))
+
+    def check_instance(self, sim) -> None:
         C = sim.colocated[self.instance] if self.instance < len(sim.colocated) else None
         if C is None:
             raise ConfigError(f"env.instance: got {self.instance}; the scenario has {len(sim.colocated)} colocated "
                               "instances")
         if C.dp > self.max_dp:
             raise ConfigError(f"env.max_dp: got {self.max_dp}; instance {self.instance} has dp={C.dp}")
+
+    # -------------------------------------------------------------- life cycle
+    def reset(self, sim):
+        self.eb.reset(sim)
+        self.check_instance(sim)
         self.fallback.reset(sim)
         self.mixed.reset(sim)
         self.stats.reset(sim)
@@ -128,11 +140,8 @@ class _AgentBatching(EB):
         self.masks: dict[int, np.ndarray] = {}
         self.plan: dict[int, int | None] | None = None  # phase mode: this iteration's batch kinds
 
-    def new_state(self):
-        return AgentState()
-
-    def current_theta(self, st):
-        return st.theta
+    def unit_state(self, inst: int, unit: int) -> AgentState:
+        return self.eb.unit_state(inst, unit)
 
     def on_timer(self, sim, tag):
         self.fallback.on_timer(sim, tag)
@@ -158,22 +167,17 @@ class _AgentBatching(EB):
         return np.ones(self.n_actions, dtype=bool)
 
     def apply(self, sim, inst: int, unit: int, action) -> None:
-        """Record the agent's action for `unit` (phase: this iteration; threshold: this cycle)."""
+        """Record the valid action (resolve_action first) for `unit` (phase: this iteration; threshold: this cycle)."""
         if self.mode == "phase":
-            a = int(action)
-            if not (0 <= a < 3) or not self.masks[unit][a]:
-                raise ValueError(f"PhaseBatching: action {a} is masked for unit {unit}")
-            self.plan[unit] = a
+            self.plan[unit] = int(action)
             return
         st = self.unit_state(inst, unit)
         if self.continuous:
             a = np.asarray(action, dtype=float).reshape(-1)
-            st.theta = self.theta_min + 0.5 * (float(np.clip(a[0], -1, 1)) + 1) * (self.theta_max - self.theta_min)
+            st.theta = self.theta_min + 0.5 * (float(a[0]) + 1) * (self.theta_max - self.theta_min)
             st.mb = bool(self.choose_mode and a[1] > 0)
         else:
             a = int(action)
-            if not (0 <= a < self.n_actions):
-                raise ValueError(f"PhaseBatching: action {a} out of range [0, {self.n_actions})")
             st.theta = self.grid[a % len(self.grid)]
             st.mb = a >= len(self.grid)
         st.pending = False
@@ -236,7 +240,7 @@ class _AgentBatching(EB):
                 st.last = MIXED_A if b.prefill and b.decode else (PREFILL_A if b.prefill else DECODE_A)
             return b
         was_refill = st.phase == REFILL
-        b = EB.next_batch(self, sim, inst, unit)
+        b = self.eb.next_batch(sim, inst, unit)
         if was_refill and st.phase == DECODE:
             st.pending = True  # a refill ended: the next cycle's theta is due
         if b is not None:
@@ -279,88 +283,173 @@ class AgentPolicy(_AgentBatching):
 
     Takes the env's keyword arguments (the scenario-level ones are ignored: the simulator that
     runs this policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` evaluates the
-    agent through `simulate()` exactly like a baseline.
+    agent through `simulate()` exactly like a baseline. Invalid actions follow the env's rule
+    (INVALID_ACTION_RULE); `invalid_actions` counts them.
     """
 
-    name = "agent"
-
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        extra = {"fallback": env_kwargs["batching"]} if "batching" in env_kwargs else {}
-        init_from_env_kwargs(super().__init__, env_kwargs, ENV_ONLY, **extra)
+        options = dict(env_kwargs)
+        if "batching" in options:
+            options["fallback"] = options["batching"]
+        make_core(super().__init__, options, PhaseBatchingEnv.env_keys())
         self.predict = predict
+        self.invalid_actions = 0
+        self._space = self.spaces()[1]
 
     def decide(self, sim, inst, units):
         for i in units:
-            self.apply(sim, inst, i, self.predict(self.observe(sim, inst, i), self.mask(i)))
+            m = self.mask(i)
+            a, bad = resolve_action(self._space, m, self.predict(self.observe(sim, inst, i), m),
+                                    lambda i=i: self.default_action(i))
+            self.invalid_actions += bad
+            self.apply(sim, inst, i, a)
         self.queue = []
         return True
 
 
-class PhaseBatchingEnv(gym.Env):
-    """Gymnasium env: the agent batches one colocated instance (module docstring for the details)."""
+class PhaseBatchingEnv(PdgymEnv):
+    """## Description
 
-    metadata: ClassVar[dict] = {"render_modes": []}
+    The agent is the batching policy of one colocated instance (prefill and decode share its DP units;
+    ALGORITHMS.md s5, exclusive vs mixed batching): before an iteration it picks what each unit runs
+    (phase mode), or once per cycle it sets the threshold of the EB phase machine (threshold mode).
+    Other colocated instances run the `batching` baseline; arrivals are spread by the `prefill` baseline.
 
-    def __init__(self, scenario: str = "coloc_h200_qwen3_8b", overrides=(), config: dict | None = None,
-                 mode: str = "phase", theta_grid=DEFAULT_GRID, choose_mode: bool = False, continuous: bool = False,
-                 theta_min: float = 0.01, theta_max: float = 0.8, mb_cycle_iters: int = 32, max_dp: int = 8,
-                 instance: int = 0, skip_forced: bool = True, prefill="round_robin", batching="mb",
-                 reward: str = "requests", slo_penalty: float = 0.0, reward_scale: float = 1.0,
-                 max_steps: int | None = None):
-        self.sim_config = merge_sim_config(load_scenario(scenario, list(overrides)).sim, config)
-        self.agent = _EnvAdapter(mode=mode, theta_grid=theta_grid, choose_mode=choose_mode, continuous=continuous,
-                                 theta_min=theta_min, theta_max=theta_max, mb_cycle_iters=mb_cycle_iters,
-                                 max_dp=max_dp, instance=instance, skip_forced=skip_forced, fallback=batching)
+    One env per scenario: `gym.make("pdgym/PhaseBatching-v0", scenario="coloc_h100_qwen3_8b")`; the
+    colocated scenarios of `pdgym.envs.scenario.scenario_names()` apply (coloc_<hardware>_<model> for
+    a100_80g, ascend_910b / 910c, b300, h100, h200, h800, l40s, rtx_pro_6000 with qwen3_8b or
+    qwen3_30b_a3b, the rtx_pro_6000 shift_conc / shift_dist variants, pd_ratio_coloc2 / coloc4).
+
+    ## Action Space
+
+    `mode="phase"` (default): `Discrete(3)`, for each DP unit with a real choice: 0 prefill (a
+    prefill-only batch under the unit's token budget), 1 decode (every running request steps), 2 mixed
+    (decode-maximal: all decodes plus prompt pieces filling the budget). `action_masks()` marks the
+    infeasible phases (nothing to prefill, nothing decoding); with `skip_forced` (default) units with a
+    single feasible phase take it without asking.
+    `mode="threshold"`: once per cycle and unit, theta from `theta_grid`: `Discrete(G)`, or with
+    `choose_mode` `Discrete(2 G)` (actions G..2G-1 run MB for the cycle); `continuous=True`:
+    `Box(-1, 1, (1,))` mapped linearly onto [theta_min, theta_max] (`choose_mode`: `(2,)`, a second
+    component > 0 means MB). EB cycles end when a refill ends, MB cycles after `mb_cycle_iters`
+    iterations. `get_action_meanings()` names each action (or Box component).
+
+    Invalid actions: {rule} Here the default action is mixed, else decode, else prefill (phase), and EB
+    with the grid's theta closest to 0.1 (threshold).
+
+    ## Observation Space
+
+    `Box(0, 1, (9 + 11 max_dp,), float32)`, [global | one row per unit of the instance], padding rows
+    zero; `obs_layout` describes it. mu_O, mu_L: output / prompt length estimates from completed
+    requests only (EB*'s statistics; before the first fit 128 and 1024).
+
+    | index          | feature                                               | min | max |
+    |----------------|-------------------------------------------------------|-----|-----|
+    | 0              | decode ratio mu_O / (mu_L + mu_O)                     | 0   | 1   |
+    | 1              | log2(mu_O) / 12                                       | 0   | 1   |
+    | 2              | log2(mu_L) / 14                                       | 0   | 1   |
+    | 3              | hazard p0 x mu_O / 2                                  | 0   | 1   |
+    | 4              | IFR slope eta x mu_O^2 / 10                           | 0   | 1   |
+    | 5              | statistics fitted                                     | 0   | 1   |
+    | 6              | current theta of the deciding unit (threshold mode)   | 0   | 1   |
+    | 7              | current mode of the deciding unit (1 = MB)            | 0   | 1   |
+    | 8              | waiting requests per slot / 4, whole instance         | 0   | 1   |
+    | 9 + 11 u + 0   | unit u present                                        | 0   | 1   |
+    | 9 + 11 u + 1   | unit u is the one deciding                            | 0   | 1   |
+    | 9 + 11 u + 2   | running / slots                                       | 0   | 1   |
+    | 9 + 11 u + 3   | waiting / slots / 4                                   | 0   | 1   |
+    | 9 + 11 u + 4   | free slots / slots                                    | 0   | 1   |
+    | 9 + 11 u + 5   | free KV fraction                                      | 0   | 1   |
+    | 9 + 11 u + 6   | prefilling / slots                                    | 0   | 1   |
+    | 9 + 11 u + 7   | decoding / slots                                      | 0   | 1   |
+    | 9 + 11 u + 8..10 | last batch one-hot (prefill, decode, mixed)         | 0   | 1   |
+
+    ## Rewards
+
+    For the interval since the previous decision, (completed requests, or output tokens with
+    `reward="tokens"`) per second of simulated time, minus `slo_penalty` x (completed requests that
+    missed the TTFT or TPOT SLO) per second, times `reward_scale`. Decisions taken at the same instant
+    (several DP units) get 0 and the interval carries over.
+
+    ## Starting State
+
+    An empty instance at t = 0 (closed-loop scenarios release `workload.concurrency` requests at once);
+    `reset` runs the simulator to the first decision. On a trace workload the episode replays a window
+    of the trace drawn from `trace_split` (see `TraceWindow`); the seed draws it and the simulator's
+    random streams.
+
+    ## Episode End
+
+    Terminated when every request of the episode's workload is resolved. Truncated after
+    `max_episode_steps` decisions (registered default {max_steps}; gym.make's TimeLimit) or when
+    decisions let no request progress for `stall_s` simulated seconds (info["stalled"]). info carries
+    running metrics (completed, rps, throughput_tok_s, ttft_mean, slo_violations, unit, decisions,
+    invalid_actions) and, when the env ends the
+    episode (terminated or stalled), the run's `summary` (DESIGN section 5 keys;
+    `env.unwrapped.summary()` after TimeLimit's truncation).
+
+    ## Arguments
+
+    Episode: `scenario` ("coloc_h200_qwen3_8b"), `overrides` (Hydra-style, e.g.
+    ["workload.num_requests=600"]), `config` (nested dict merged over it), `trace_split` ("train" |
+    "val" | "test" | None), `stall_s` (60.0), `render_mode` (None | "ansi" | "rgb_array"); reward:
+    `reward` ("requests" | "tokens"), `slo_penalty` (0.0), `reward_scale` (1.0); other policies:
+    `prefill` ("round_robin"), `batching` ("mb": the other instances); observation and actions (the
+    policy core's, also taken by AgentPolicy): `mode` ("phase"), `theta_grid` ({grid}), `choose_mode`
+    (False), `continuous` (False), `theta_min` (0.01), `theta_max` (0.8), `mb_cycle_iters` (32),
+    `max_dp` (8), `instance` (0), `skip_forced` (True).
+
+    {torch}
+
+    `AgentPolicy(predict, **env_kwargs)` replays a trained agent as a BatchingPolicy through
+    `simulate()` with the same observation and action code.
+
+    ## Version History
+
+    - v0: first version (base contract: one invalid-action rule, stall detection, seeded trace
+      windows, render modes; the threshold mode composes EB instead of subclassing it).
+    """
+
+    ENV_ID = ENV_ID
+    POINT = "batching"
+    DEFAULT_SCENARIO = "coloc_h200_qwen3_8b"
+
+    def __init__(self, scenario: str = "coloc_h200_qwen3_8b", *, prefill="round_robin", batching="mb",
+                 reward: str = "requests", slo_penalty: float = 0.0, reward_scale: float = 1.0, **kwargs):
         self.prefill_spec = prefill
         make_policy("prefill", prefill)  # fail at construction on a bad spec
-        if reward not in ("requests", "tokens"):
-            raise ConfigError(f"env.reward: got {reward!r}; allowed: requests, tokens")
+        check_choice(reward, "env.reward", ("requests", "tokens"))
         self.reward_kind = reward
         self.slo_penalty = check_float(slo_penalty, "env.slo_penalty")
         self.reward_scale = check_float(reward_scale, "env.reward_scale", lo_open=True)
-        self.max_steps = check_int(max_steps, "env.max_steps", allow_none=True)
-        self.observation_space = self.agent.observation_space()
-        self.action_space = self.agent.action_space()
-        self.sim: Simulator | None = None
+        self._fallback = batching
         self._unit = 0
+        super().__init__(scenario, **kwargs)
 
-    # -------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        sim_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self.sim = Simulator(self.sim_config, {"prefill": make_policy("prefill", self.prefill_spec),
-                                               "batching": self.agent}, seed=sim_seed)
-        self._steps = 0
+    # -------------------------------------------------------------- PdgymEnv hooks
+    def _check_cluster(self, probe):
+        if not probe.colocated:
+            raise ConfigError(f"env.scenario: {self.scenario} is disaggregated; PhaseBatching needs "
+                              "cluster.topology=colocated")
+
+    def _make_core(self, options):
+        return make_core(_EnvAdapter, {**options, "fallback": self._fallback})
+
+    def _size_core(self, probe):
+        self.core.check_instance(probe)
+
+    def _policies(self):
+        return {"prefill": make_policy("prefill", self.prefill_spec), "batching": self.core}
+
+    def _begin(self):
         self._t_mark, self._n_mark, self._tok_mark = 0.0, 0, 0
-        self._ttft_sum, self._n_seen, self._viol = 0.0, 0, 0
-        self._done = self.sim.run()
-        return self._obs(), self._info()
+        self._ttft_sum, self._viol = 0.0, 0
+        return self.sim.run()
 
-    def step(self, action):
-        if self.sim is None:
-            raise RuntimeError("PhaseBatching: call reset() before step()")
-        if self._done:
-            raise RuntimeError("PhaseBatching: the episode has ended; call reset()")
-        ag, sim = self.agent, self.sim
-        ag.apply(sim, ag.instance, self._unit, action)
-        ag.queue.pop(0)
-        if not ag.queue:
-            self._done = sim.run()
-        self._steps += 1
-        reward = self._reward()
-        truncated = self.max_steps is not None and self._steps >= self.max_steps and not self._done
-        return self._obs(), reward, self._done, truncated, self._info()
-
-    def action_masks(self) -> np.ndarray:
-        if self._done or self.sim is None or not self.agent.queue:
-            return np.ones(self.agent.n_actions if not self.agent.continuous else 1, dtype=bool)
-        return self.agent.mask(self.agent.queue[0]).copy()
-
-    # -------------------------------------------------------------- helpers
-    def _obs(self) -> np.ndarray:
-        ag = self.agent
-        self._unit = ag.queue[0] if ag.queue and not self._done else 0
-        return ag.observe(self.sim, ag.instance, self._unit)
+    def _act(self, a):
+        core = self.core
+        core.apply(self.sim, core.instance, self._unit, a)
+        core.queue.pop(0)
+        return False if core.queue else self.sim.run()
 
     def _reward(self) -> float:
         sim = self.sim
@@ -385,15 +474,34 @@ class PhaseBatchingEnv(gym.Env):
         self._t_mark, self._n_mark, self._tok_mark = sim.now, len(done), sim.tokens_out
         return float(r)
 
-    def _info(self) -> dict:
+    def _observe(self):
+        core = self.core
+        self._unit = core.queue[0] if core.queue and not self._done else 0
+        return core.observe(self.sim, core.instance, self._unit)
+
+    def action_masks(self) -> np.ndarray:
+        core = self.core
+        if self._done or self.sim is None or not core.queue:
+            return np.ones(core.n_actions if not core.continuous else 1, dtype=bool)
+        return core.mask(core.queue[0]).copy()
+
+    def default_action(self):
+        return self.core.default_action(self._unit)
+
+    def _info_extra(self):
         sim = self.sim
-        n = len(sim.completed)
         t = max(sim.now, 1e-12)
-        return {"sim_time": sim.now, "completed": n, "rps": n / t, "throughput_tok_s": sim.tokens_out / t,
+        n = len(sim.completed)
+        return {"completed": n, "rps": n / t, "throughput_tok_s": sim.tokens_out / t,
                 "ttft_mean": self._ttft_sum / self._n_mark if self._n_mark else 0.0,
-                "slo_violations": self._viol, "decisions": self._steps, "unit": self._unit}
+                "slo_violations": self._viol, "unit": self._unit}
+
+
+PhaseBatchingEnv.__doc__ = PhaseBatchingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
+                                                           max_steps=MAX_EPISODE_STEPS, grid=list(DEFAULT_GRID))
 
 
 def make_env(**kwargs) -> PhaseBatchingEnv:
-    """A PhaseBatching-v0 env with the given keyword arguments (see PhaseBatchingEnv)."""
+    """The raw env (no wrappers, so its attributes are at hand): no TimeLimit, so episodes run until
+    they terminate or stall. gym.make(ENV_ID, **kwargs) adds the registered max_episode_steps."""
     return PhaseBatchingEnv(**kwargs)

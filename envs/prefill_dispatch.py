@@ -1,49 +1,9 @@
 """PrefillDispatch-v0: the agent is the global prefill scheduler of a P/D cluster; decode runs a baseline.
 
-Decision epochs: a request arrives (or bounces back), an instance reports EndForward, the
-instance set changes, and a tick every `tick_s` seconds while requests are buffered. Epochs
-with an empty buffer are skipped (there is nothing to decide).
-
-Action modes (kwarg `mode`):
-- "timing": Discrete(1 + N). 0 holds; 1 + i releases the whole buffer to instance i, where
-  PBAA allocates it over the DP units (pending first, wait counters, flow control after
-  `n_limit` cycles: `overload` = reject | throttle). One decision per epoch.
-- "allocation": Discrete(2 + N x D). The buffered requests are offered one at a time, oldest
-  first (the candidate); 0 holds (ends the epoch), 1 + i * D + d places the candidate on DP
-  unit d of instance i, and the last action skips it (it stays buffered; the next one is
-  offered). The epoch goes on at the same instant until the agent holds or every buffered
-  request has been placed or skipped.
-Masks (`action_masks()`): hold is always allowed; an instance (timing) or a unit (allocation)
-is allowed when health checks call it healthy and, with `mask_full` (default), it has
-capacity: C_avail > 0 on some unit (timing) or on that unit (allocation); skip is allowed
-while another candidate follows. An action the mask forbids is taken as hold.
-
-Observation (Box [-5, 5], float32): `obs_layout` = [global | one row per instance].
-Global (12): log1p(buffered) / log1p(256), buffered tokens / (D chunk), oldest age / SLO
-TTFT, arrival token rate / cluster token capacity (N D chunk / T_full), T_fwd / T_full,
-time since the last release / T_full, (T_fwd + L_net) / N_active / T_full, share of the
-buffer left over from earlier cycles, share of instances healthy, candidate prompt /
-chunk, candidate age / SLO TTFT, candidate wait cycles / (n_limit + 1) (the candidate is
-the oldest buffered request in timing mode); then `obs_requests` x (present, prompt /
-chunk, age / SLO TTFT) for the oldest buffered requests; with `cache_aware`, the
-candidate's prefix-cache hit tokens / chunk per (instance, unit).
-Per instance (6 + D): present, healthy, busy (no EndForward since our last dispatch and a
-quiescence poll finds work), expected time to free / T_full, reported device-queue tokens
-/ (D chunk), last forward time / T_full, then C_avail / chunk per DP unit. T_full is the
-cost model's time of a full-chunk pass (the offline profile); everything the agent sees is
-what a real scheduler knows (`pdgym.baselines.pbaa.CapacityModel`).
-
-Reward: for the interval between two decisions, minus the waiting time accrued by every
-request still waiting for its first token (request-seconds), so an episode's return is
-minus the sum of all TTFTs; a rejected request waits until its rejection and costs
-`reject_penalty_s` more (default 10 x SLO TTFT); plus `throughput_weight` x first tokens
-produced in the interval; all divided by `reward_scale`. Decisions at the same instant get 0.
-An episode is one run of the scenario's workload (terminated at its end, truncated after
-`max_steps` decisions). `info` carries the running metrics, and `summary` at the end.
-
-`AgentPolicy(predict, **env_kwargs)` replays a trained agent as a PrefillScheduler through
-`simulate()`, with the same observation and action code; `teacher_action(policy)` maps
-what a baseline prefill scheduler would do now onto this env's action (behaviour cloning).
+`PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections), the policy core it
+shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`), the waiting-time
+meter behind its reward, and the shadow simulator `_Recorder` through which a baseline scheduler
+teaches (behaviour cloning).
 """
 
 from __future__ import annotations
@@ -51,26 +11,23 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
-from pdgym.envs.scenario import init_from_env_kwargs, load_scenario, merge_sim_config
-from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import PrefillScheduler
-from pdgym.envs.sim.validation import check, check_bool
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = "pdgym/PrefillDispatch-v0"
+MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 MODES = ("timing", "allocation")
 N_GLOBAL, N_INST = 12, 6
 CLIP = 5.0
-ENV_ONLY = ("scenario", "overrides", "config", "prefill", "decode", "batching", "throughput_weight",
-            "reject_penalty_s", "reward_scale", "max_steps")
 
 
 class _Recorder:
@@ -103,10 +60,9 @@ class _Core(PrefillScheduler):
 
     def __init__(self, mode: str = "timing", tick_s: float = 0.02, obs_requests: int = 16, window: int = 32,
                  n_limit: int = 3, overload: str = "reject", cache_aware: bool = False, mask_full: bool = True):
-        check(mode in MODES, "env.mode", f"got {mode!r}; allowed: {', '.join(MODES)}")
-        check(isinstance(tick_s, (int, float)) and tick_s > 0, "env.tick_s", f"got {tick_s!r}; must be > 0 (seconds)")
-        check(isinstance(obs_requests, int) and obs_requests >= 1, "env.obs_requests",
-               f"got {obs_requests!r}; must be an integer >= 1")
+        check_choice(mode, "env.mode", MODES)
+        check_float(tick_s, "env.tick_s", lo_open=True)
+        check_int(obs_requests, "env.obs_requests")
         for key, v in (("cache_aware", cache_aware), ("mask_full", mask_full)):
             check_bool(v, f"env.{key}")
         self.mode = mode
@@ -131,6 +87,20 @@ class _Core(PrefillScheduler):
     def obs_layout(self) -> dict:
         return {"n_slots": self.n, "per_slot_dim": self.slot_dim, "global_dim": self.global_dim,
                 "slots_first": False, "mask_index": 0}
+
+    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
+        return (spaces.Box(-CLIP, CLIP, shape=(self.obs_size,), dtype=np.float32),
+                spaces.Discrete(self.n_actions))
+
+    def action_meanings(self) -> list[str]:
+        if self.mode == "timing":
+            return ["hold", *(f"release the buffer to instance {i}" for i in range(self.n))]
+        return ["hold", *(f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)),
+                "skip the candidate"]
+
+    def default_action(self) -> int:
+        """Hold (always allowed)."""
+        return 0
 
     # -------------------------------------------------------------- life cycle and epochs
     def reset(self, sim) -> None:
@@ -279,11 +249,10 @@ class _Core(PrefillScheduler):
         return m
 
     # -------------------------------------------------------------- actions
-    def apply(self, sim, action: int) -> bool:
-        """Carry out `action` (a forbidden one holds); True if the epoch goes on (allocation mode)."""
-        a = int(action)
+    def apply(self, sim, a: int) -> bool:
+        """Carry out the valid action `a` (resolve_action first); True if the epoch goes on (allocation mode)."""
         go_on = False
-        if 0 < a < self.n_actions and sim.buffer and self.mask(sim)[a]:
+        if a and sim.buffer:
             if self.mode == "timing":
                 self.pbaa.release(sim, a - 1, self.cap)
                 self.last_release = sim.now
@@ -352,16 +321,23 @@ class AgentPolicy(_Core):
 
     Takes the env's keyword arguments (the scenario-level ones are ignored: the simulator
     running this policy has its own), so `AgentPolicy(predict, **env_kwargs)` evaluates the
-    agent through `simulate()` exactly like a baseline.
+    agent through `simulate()` exactly like a baseline. Invalid actions follow the env's rule
+    (INVALID_ACTION_RULE, default hold); `invalid_actions` counts them.
     """
 
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        init_from_env_kwargs(super().__init__, env_kwargs, ENV_ONLY)
+        make_core(super().__init__, env_kwargs, PrefillDispatchEnv.env_keys())
         self.predict = predict
+        self.invalid_actions = 0
 
     def decide(self, sim) -> None:
-        while sim.buffer and self.apply(sim, self.predict(self.observe(sim), self.mask(sim))):
-            pass
+        space = self.spaces()[1]
+        while sim.buffer:
+            m = self.mask(sim)
+            a, bad = resolve_action(space, m, self.predict(self.observe(sim), m), self.default_action)
+            self.invalid_actions += bad
+            if not self.apply(sim, a):
+                break
 
 
 class WaitMeter:
@@ -406,100 +382,195 @@ class WaitMeter:
                 self.n_rejected + int((rej & ~got).sum()))
 
 
-class PrefillDispatchEnv(gym.Env):
-    """Gymnasium env: the agent schedules the prefill side (module docstring for the details)."""
+class PrefillDispatchEnv(PdgymEnv):
+    """## Description
 
-    metadata: ClassVar[dict] = {"render_modes": []}
+    The agent is the global prefill scheduler of a P/D-disaggregated cluster (the SBS / PBAA setting,
+    ALGORITHMS.md s2-3): requests wait in the scheduler's buffer, and the agent decides when to release
+    them to which prefill instance (and, in allocation mode, to which DP unit). Decode runs a configured
+    baseline router. Decision epochs: a request arrives (or bounces back), an instance reports
+    EndForward, the instance set changes, and a tick every `tick_s` seconds while requests are
+    buffered; epochs with an empty buffer are skipped (there is nothing to decide). Everything the
+    agent sees is what a real scheduler knows (`pdgym.baselines.pbaa.CapacityModel`).
 
-    def __init__(self, scenario: str = "ds_v3_h800_3p1d", overrides=(), config: dict | None = None,
-                 mode: str = "timing", tick_s: float = 0.02, obs_requests: int = 16, window: int = 32,
-                 n_limit: int = 3, overload: str = "reject", cache_aware: bool = False, mask_full: bool = True,
-                 decode=None, batching=None, throughput_weight: float = 0.0, reject_penalty_s: float | None = None,
-                 reward_scale: float = 1.0, max_steps: int | None = None):
-        sc = load_scenario(scenario, list(overrides))
-        self.sim_config = merge_sim_config(sc.sim, config)
-        self.agent = _EnvAdapter(mode=mode, tick_s=tick_s, obs_requests=obs_requests, window=window,
-                                 n_limit=n_limit, overload=overload, cache_aware=cache_aware, mask_full=mask_full)
-        self.policy_specs = {"decode": decode if decode is not None else sc.policy.get("decode"),
-                             "batching": batching if batching is not None else sc.policy.get("batching")}
+    One env per scenario: `gym.make("pdgym/PrefillDispatch-v0", scenario="ds_v3_h800_3p1d_long")`;
+    the disaggregated scenarios of `pdgym.envs.scenario.scenario_names()` apply (ds_v3_h800_3p1d,
+    ds_v3_h800_3p1d_chunk5k, ds_v3_h800_3p1d_long, pd_ratio_1p1d / 1p3d / 2p2d / 3p1d, decode_tier_*).
+
+    ## Action Space
+
+    `mode="timing"` (default): `Discrete(1 + N)`; 0 holds, 1 + i releases the whole buffer to instance i,
+    where PBAA allocates it over the DP units (pending first, wait counters, flow control after `n_limit`
+    cycles: `overload` = reject | throttle). One decision per epoch.
+    `mode="allocation"`: `Discrete(2 + N D)`; the buffered requests are offered one at a time, oldest
+    first (the candidate); 0 holds (ends the epoch), 1 + i D + d places the candidate on DP unit d of
+    instance i, and the last action skips it (it stays buffered; the next one is offered). The epoch goes
+    on at the same instant until the agent holds or every buffered request was placed or skipped.
+    `action_masks()`: hold is always allowed; an instance (timing) or a unit (allocation) when health
+    checks call it healthy and, with `mask_full` (default), it has capacity (C_avail > 0 on some unit /
+    on that unit); skip while another candidate follows. `get_action_meanings()` names each action.
+
+    Invalid actions: {rule} Here the default action is hold.
+
+    ## Observation Space
+
+    `Box(-5, 5, (G + N (6 + D),), float32)`, [global | one row per instance], G = 12 + 3 K (+ N D with
+    `cache_aware`), K = `obs_requests`; `obs_layout` describes it. T_full is the cost model's time of a
+    full-chunk pass (the offline profile), chunk the per-unit token budget.
+
+    | index             | feature                                                          | min | max |
+    |-------------------|------------------------------------------------------------------|-----|-----|
+    | 0                 | log1p(buffered requests) / log1p(256)                            | 0   | 5   |
+    | 1                 | buffered prefill tokens / (D chunk)                              | 0   | 5   |
+    | 2                 | oldest buffered age / SLO TTFT                                   | 0   | 5   |
+    | 3                 | arrival token rate / cluster token capacity (N D chunk / T_full) | 0   | 5   |
+    | 4                 | T_fwd / T_full                                                   | 0   | 5   |
+    | 5                 | time since the last release / T_full                             | 0   | 5   |
+    | 6                 | (T_fwd + L_net) / healthy instances / T_full                     | 0   | 5   |
+    | 7                 | share of the buffer left over from earlier cycles                | 0   | 1   |
+    | 8                 | share of instances healthy                                       | 0   | 1   |
+    | 9                 | candidate prompt / chunk (timing: the oldest buffered request)   | 0   | 5   |
+    | 10                | candidate age / SLO TTFT                                         | 0   | 5   |
+    | 11                | candidate wait cycles / (n_limit + 1)                            | 0   | 5   |
+    | 12 + 3k + 0..2    | k-th oldest buffered request: present, prompt / chunk, age / SLO TTFT | 0 | 5 |
+    | 12 + 3K + i D + d | (`cache_aware`) candidate's prefix-cache hit tokens / chunk on (i, d) | 0 | 5 |
+    | G + (6 + D) i + 0 | instance i present                                               | 0   | 1   |
+    | G + (6 + D) i + 1 | healthy                                                          | 0   | 1   |
+    | G + (6 + D) i + 2 | busy (no EndForward since our last dispatch, a quiescence poll finds work) | 0 | 1 |
+    | G + (6 + D) i + 3 | expected time to free / T_full                                   | 0   | 5   |
+    | G + (6 + D) i + 4 | reported device-queue tokens / (D chunk)                         | 0   | 5   |
+    | G + (6 + D) i + 5 | last forward time / T_full                                       | 0   | 5   |
+    | G + (6 + D) i + 6 + d | C_avail of unit d / chunk                                    | -5  | 1   |
+
+    ## Rewards
+
+    For the interval between two decisions, minus the waiting time accrued by every request still
+    waiting for its first token (request-seconds), so an episode's return is minus the sum of all
+    TTFTs; a rejected request waits until its rejection and costs `reject_penalty_s` more (default
+    10 x SLO TTFT); plus `throughput_weight` x first tokens produced in the interval; all divided by
+    `reward_scale`. Decisions at the same instant get 0.
+
+    ## Starting State
+
+    An empty cluster at t = 0; `reset` runs the simulator to the first decision epoch. On a trace
+    workload the episode replays a window of the trace drawn from `trace_split` (default "train");
+    the seed draws the window and the simulator's random streams (see `TraceWindow`).
+
+    ## Episode End
+
+    Terminated when every request of the episode's workload is resolved. Truncated after
+    `max_episode_steps` decisions (registered default {max_steps}; gym.make's TimeLimit) or on a stall:
+    an agent that keeps holding lets no request progress, and after `stall_s` (60) simulated seconds
+    without an output token or a resolved request the episode is truncated with info["stalled"] = True
+    (the waiting cost accrued until then is in the rewards). info carries running metrics (buffered,
+    first_tokens, rejected_waiting, wait_s_total, ttft_mean, decisions, invalid_actions) and, when the env ends the
+    episode (terminated or stalled), the run's `summary` (DESIGN section 5 keys;
+    `env.unwrapped.summary()` after TimeLimit's truncation).
+
+    ## Arguments
+
+    Episode: `scenario` ("ds_v3_h800_3p1d"), `overrides` (Hydra-style, e.g. ["workload.num_requests=600"]),
+    `config` (nested dict merged over it), `trace_split` ("train" | "val" | "test" | None), `stall_s`
+    (60.0), `render_mode` (None | "ansi" | "rgb_array"); reward: `throughput_weight` (0.0),
+    `reject_penalty_s` (None: 10 x SLO TTFT), `reward_scale` (1.0); other points: `decode`, `batching`
+    (None: the scenario's); observation and actions (the policy core's, also taken by AgentPolicy):
+    `mode` ("timing"), `tick_s` (0.02), `obs_requests` (16), `window` (32), `n_limit` (3), `overload`
+    ("reject"), `cache_aware` (False), `mask_full` (True).
+
+    {torch}
+
+    `AgentPolicy(predict, **env_kwargs)` replays a trained agent as a PrefillScheduler through
+    `simulate()` with the same observation and action code; `teacher_action(policy)` maps what a
+    baseline prefill scheduler would do now onto this env's action (behaviour cloning).
+
+    ## Version History
+
+    - v0: first version (base contract: one invalid-action rule, stall detection, seeded trace
+      windows, render modes).
+    """
+
+    ENV_ID = ENV_ID
+    POINT = "prefill"
+    DEFAULT_SCENARIO = "ds_v3_h800_3p1d"
+
+    def __init__(self, scenario: str = "ds_v3_h800_3p1d", *, decode=None, batching=None,
+                 throughput_weight: float = 0.0, reject_penalty_s: float | None = None, reward_scale: float = 1.0,
+                 **kwargs):
+        self.throughput_weight = check_float(throughput_weight, "env.throughput_weight")
+        if reject_penalty_s is not None:
+            check_float(reject_penalty_s, "env.reject_penalty_s")
+        self.reward_scale = check_float(reward_scale, "env.reward_scale", lo_open=True)
+        super().__init__(scenario, **kwargs)
+        pol = self.scenario_policies
+        self.policy_specs = {"decode": decode if decode is not None else pol.get("decode"),
+                             "batching": batching if batching is not None else pol.get("batching")}
         for k, v in self.policy_specs.items():
             make_policy(k, v)  # fail now on a bad spec
-        check(isinstance(throughput_weight, (int, float)) and throughput_weight >= 0, "env.throughput_weight",
-               f"got {throughput_weight!r}; must be >= 0")
-        check(reject_penalty_s is None or reject_penalty_s >= 0, "env.reject_penalty_s",
-               f"got {reject_penalty_s!r}; must be >= 0 (or null: 10 x SLO TTFT)")
-        check(isinstance(reward_scale, (int, float)) and reward_scale > 0, "env.reward_scale",
-               f"got {reward_scale!r}; must be > 0")
-        check(max_steps is None or (isinstance(max_steps, int) and max_steps >= 1), "env.max_steps",
-               f"got {max_steps!r}; must be an integer >= 1 (or null)")
-        self.throughput_weight = float(throughput_weight)
         self.reject_penalty_s = (10.0 * self.sim_config.slo.ttft_s if reject_penalty_s is None
                                  else float(reject_penalty_s))
-        self.reward_scale = float(reward_scale)
-        self.max_steps = max_steps
-        probe = Simulator(self.sim_config, None, seed=0)  # validates the config; gives the cluster's size
-        if not probe.disaggregated:
-            raise ConfigError(f"env.scenario: {scenario} is colocated; PrefillDispatch needs "
-                              "cluster.topology=disaggregated")
-        self.agent.set_dims(len(probe.prefill), probe.prefill[0].dp)
-        self.obs_layout = self.agent.obs_layout
-        self.observation_space = spaces.Box(-CLIP, CLIP, shape=(self.agent.obs_size,), dtype=np.float32)
-        self.action_space = spaces.Discrete(self.agent.n_actions)
-        self.sim: Simulator | None = None
 
-    # -------------------------------------------------------------- gym API
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        sim_seed = int(self.np_random.integers(0, 2**31 - 1))
-        pols = {k: make_policy(k, v) for k, v in self.policy_specs.items() if v is not None}
-        self.sim = Simulator(self.sim_config, {"prefill": self.agent, **pols}, seed=sim_seed)
-        self._steps = 0
-        self._done = self.sim.run()
+    # -------------------------------------------------------------- PdgymEnv hooks
+    def _check_cluster(self, probe):
+        if not probe.disaggregated:
+            raise ConfigError(f"env.scenario: {self.scenario} is colocated; PrefillDispatch needs "
+                              "cluster.topology=disaggregated")
+
+    def _make_core(self, options):
+        return make_core(_EnvAdapter, options)
+
+    def _size_core(self, probe):
+        self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)
+
+    def _policies(self):
+        return {"prefill": self.core, **{k: make_policy(k, v) for k, v in self.policy_specs.items() if v is not None}}
+
+    def _begin(self):
+        done = self.sim.run()
         self.meter = WaitMeter(self.sim)
         self._mark = self.meter.total()
-        return self.agent.observe(self.sim), self._info()
+        return done
 
-    def step(self, action):
-        if self.sim is None:
-            raise RuntimeError("PrefillDispatch: call reset() before step()")
-        if self._done:
-            raise RuntimeError("PrefillDispatch: the episode has ended; call reset()")
-        sim = self.sim
-        if not self.agent.apply(sim, action):
-            self._done = sim.run()
-        self._steps += 1
+    def _act(self, a):
+        return False if self.core.apply(self.sim, a) else self.sim.run()
+
+    def _reward(self):
         w, nf, nr = self.meter.total()
         w0, nf0, nr0 = self._mark
         self._mark = (w, nf, nr)
-        reward = (-(w - w0) - self.reject_penalty_s * (nr - nr0) + self.throughput_weight * (nf - nf0))
-        truncated = self.max_steps is not None and self._steps >= self.max_steps and not self._done
-        return self.agent.observe(sim), float(reward / self.reward_scale), self._done, truncated, self._info()
+        reward = -(w - w0) - self.reject_penalty_s * (nr - nr0) + self.throughput_weight * (nf - nf0)
+        return float(reward / self.reward_scale)
+
+    def _observe(self):
+        return self.core.observe(self.sim)
 
     def action_masks(self) -> np.ndarray:
         if self.sim is None or self._done:
-            m = np.zeros(self.agent.n_actions, dtype=bool)
+            m = np.zeros(self.core.n_actions, dtype=bool)
             m[0] = True
             return m
-        return self.agent.mask(self.sim)
+        return self.core.mask(self.sim)
+
+    def default_action(self) -> int:
+        return self.core.default_action()
+
+    def _info_extra(self):
+        m = self.meter
+        w, nf, nr = self._mark
+        return {"buffered": len(self.sim.buffer), "first_tokens": nf, "rejected_waiting": nr, "wait_s_total": w,
+                "ttft_mean": m.ttft_sum / m.n_first if m.n_first else 0.0}
 
     def teacher_action(self, teacher: PrefillScheduler) -> int:
         """The action reproducing what prefill baseline `teacher` would do now (see _Core.teacher_action)."""
         if self.sim is None or self._done:
             return 0
-        return self.agent.teacher_action(self.sim, teacher)
+        return self.core.teacher_action(self.sim, teacher)
 
-    # -------------------------------------------------------------- helpers
-    def _info(self) -> dict:
-        sim, m = self.sim, self.meter
-        w, nf, nr = self._mark
-        info = {"sim_time": sim.now, "buffered": len(sim.buffer), "first_tokens": nf, "rejected_waiting": nr,
-                "wait_s_total": w, "ttft_mean": m.ttft_sum / m.n_first if m.n_first else 0.0,
-                "decisions": self._steps}
-        if self._done:
-            info["summary"] = SimResult(sim).summary()
-        return info
+
+PrefillDispatchEnv.__doc__ = PrefillDispatchEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
+                                                               max_steps=MAX_EPISODE_STEPS)
 
 
 def make_env(**kwargs) -> PrefillDispatchEnv:
-    """A PrefillDispatch-v0 env with the given keyword arguments (see PrefillDispatchEnv)."""
+    """The raw env (no wrappers, so its attributes are at hand): no TimeLimit, so episodes run until
+    they terminate or stall. gym.make(ENV_ID, **kwargs) adds the registered max_episode_steps."""
     return PrefillDispatchEnv(**kwargs)

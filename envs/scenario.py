@@ -69,15 +69,7 @@ def merge_sim_config(sim_cfg: SimConfig, config: dict | None) -> SimConfig:
     return sim_config(deep(dataclasses.asdict(sim_cfg), config))
 
 
-def init_from_env_kwargs(init, env_kwargs: dict, env_only: tuple[str, ...], **extra) -> None:
-    """Call an env's policy core `init` with the env keyword arguments that configure it.
-
-    The scenario-level ones (`env_only`) are dropped: an AgentPolicy runs inside a simulator
-    that has its own. A wrong keyword becomes one ConfigError line.
-    """
-    kwargs = {k: v for k, v in env_kwargs.items() if k not in env_only}
-    kwargs.update(extra)
-    try:
-        init(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"AgentPolicy: {exc}") from None
+def trace_splits() -> dict[str, dict]:
+    """conf/splits/default.yaml: {train, val, test} -> {seed_base, trace_from, trace_to} (disjoint rows)."""
+    text = (importlib.resources.files("pdgym.conf") / "splits" / "default.yaml").read_text()
+    return OmegaConf.to_container(OmegaConf.create(text))

@@ -82,7 +82,7 @@ def test_masks_match_capacity_and_episode_resolves_everything():
     while True:
         m = env.action_masks()
         d = env.sim.decode[0]
-        head = env.router.head
+        head = env.core.head
         load = int(env.sim.req.prompt[head] + env.sim.req.done[head])
         ok = (d.batch < d.batch_limit) & (d.kv + load <= d.kv_cap)
         assert np.array_equal(m[:8], ok) and not m[8:12].any()
@@ -137,7 +137,7 @@ def test_teacher_actions_reproduce_the_teacher():
         _, _, term, _, info = env.step(env.teacher_action(teacher))
         if term:
             break
-    ref = simulate(env.sim_config, {"decode": make_policy("decode", "least_kv")}, seed=env.sim.seed)
+    ref = simulate(env.sim.cfg, {"decode": make_policy("decode", "least_kv")}, seed=env.sim.seed)
     assert info["summary"]["imbalance_mean"] == pytest.approx(ref.summary()["imbalance_mean"])
 
 
@@ -150,7 +150,7 @@ def test_teachers_are_exact_through_the_env_with_skip(spec):
         _, _, term, _, info = env.step(env.teacher_action(teacher))
         if term:
             break
-    ref = simulate(env.sim_config, {"decode": make_policy("decode", spec)}, seed=env.sim.seed).summary()
+    ref = simulate(env.sim.cfg, {"decode": make_policy("decode", spec)}, seed=env.sim.seed).summary()
     assert info["summary"]["imbalance_mean"] == pytest.approx(ref["imbalance_mean"])
     assert info["summary"]["tpot_p95"] == pytest.approx(ref["tpot_p95"])
 

@@ -110,13 +110,14 @@ def test_masks_follow_health_and_capacity():
         env.step(0)
     env = make_env(overrides=SMALL, mode="allocation")
     env.reset(seed=0)
-    ag = env.agent
+    ag = env.core
     cap = ag.cap
     cap.r_queued[0, :4] = 10**6  # the scheduler believes units 0-3 of instance 0 are full
     m = env.action_masks()
     assert not m[1:5].any() and m[5:9].all()
-    cand = env.agent.candidate(env.sim)
-    env.step(1)  # forbidden: taken as hold, nothing dispatched
+    cand = env.core.candidate(env.sim)
+    info = env.step(1)[4]  # forbidden: replaced by the default action (hold), nothing dispatched, counted
+    assert info["invalid_actions"] == 1
     assert cand in env.sim.buffer and env.sim.req.prefill_inst[cand] == -1
 
 
@@ -127,8 +128,8 @@ def test_allocation_mode_places_skips_and_holds_within_one_epoch():
     while len(env.sim.buffer) < 3:
         env.step(0)
     t0, buf = env.sim.now, list(env.sim.buffer)
-    env.step(env.agent.skip)  # skip the oldest
-    assert env.sim.now == t0 and env.agent.candidate(env.sim) == buf[1]
+    env.step(env.core.skip)  # skip the oldest
+    assert env.sim.now == t0 and env.core.candidate(env.sim) == buf[1]
     env.step(1 + 1 * 8 + 5)  # place the second on instance 1, unit 5
     assert env.sim.now == t0 and env.sim.req.prefill_inst[buf[1]] == 1 and env.sim.req.prefill_dp[buf[1]] == 5
     assert buf[0] in env.sim.buffer

@@ -1,0 +1,295 @@
+"""PdgymEnv: the contract the three pdgym Gymnasium envs share.
+
+A subclass supplies its policy core (the observation / mask / action code it shares with its
+`AgentPolicy`, so a trained agent runs through `simulate()` exactly as it ran in the env) and its
+reward; everything else lives here once, so that a fourth env is one file:
+
+- Scenario loading: `scenario` (conf/scenario/NAME.yaml, `scenario_names()`), Hydra-style
+  `overrides` ("workload.num_requests=600") and a nested `config` dict merged over them.
+- Seeding and trace windows: `reset(seed=s)` seeds `np_random`, which draws the simulator's seed
+  and, on a trace workload, the episode's window of the trace (`trace_split`, see `TraceWindow`).
+  The same seed repeats an episode exactly; `reset()` continues the stream.
+- The invalid-action rule (INVALID_ACTION_RULE below), counted in info["invalid_actions"].
+- Episode end: terminated when every request of the episode is resolved; truncated by the
+  registered `max_episode_steps` (gym.make wraps the env in TimeLimit) or by a stall
+  (`stall_s`); info["summary"] (the DESIGN section 5 metrics of the run so far) when the env
+  ends the episode itself, `summary()` any time (e.g. after TimeLimit's truncation).
+- `obs_layout` (one property), `spaces()` of the core, `get_action_meanings()`, and
+  `render_mode` "ansi" / "rgb_array" (envs/render.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import warnings
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from pdgym.envs import render as V
+from pdgym.envs.scenario import load_scenario, merge_sim_config, trace_splits
+from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim.config import ConfigError, SimConfig
+from pdgym.envs.sim.validation import check_choice, check_float
+
+INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
+0.5 are not members of Discrete(n); a Box action is cast to float32 and must have the box's shape and
+lie inside it) or that `action_masks()` forbids is replaced by `default_action()` and counted in
+info["invalid_actions"] (a running count over the episode). The env never raises on an action;
+`AgentPolicy` applies the same rule at evaluation (its `invalid_actions` attribute)."""
+
+TORCH_THREADS_NOTE = """Training with PyTorch on these envs: call torch.set_num_threads(1) first (plain SB3 PPO on
+DecodeRouting-v0 ran 357 steps/s with 2 torch threads and 1,116 with one; the small policy networks
+gain nothing from intra-op threads and the simulator needs the core)."""
+
+
+def resolve_action(space: spaces.Space, mask: np.ndarray | None, action: Any, default) -> tuple[Any, bool]:
+    """(the action to carry out, whether `action` was invalid) under INVALID_ACTION_RULE.
+
+    `default` is called only for an invalid action (a callable returning the env's default action).
+    """
+    if isinstance(space, spaces.Box):
+        try:
+            a = np.asarray(action, dtype=np.float32)
+        except (TypeError, ValueError):
+            return default(), True
+        return (a, False) if space.contains(a) else (default(), True)
+    if space.contains(action) and (mask is None or mask[int(action)]):
+        return int(action), False
+    return default(), True
+
+
+def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
+    """Call a policy core's constructor (a class or a bound `__init__`) with `options`, less the
+    env-level keys `env_keys` (an AgentPolicy runs in a simulator that has its own scenario); the core's
+    signature holds the defaults, written once. A wrong keyword becomes one ConfigError line."""
+    kwargs = {k: v for k, v in options.items() if k not in env_keys}
+    params = inspect.signature(init).parameters
+    bad = [k for k in kwargs if k not in params]
+    if bad:
+        allowed = [k for k in params if k != "self"]
+        raise ConfigError(f"env.{bad[0]}: unknown option; allowed: {', '.join(sorted([*allowed, *env_keys]))}")
+    return init(**kwargs)
+
+
+class TraceWindow:
+    """Which rows of a trace an episode replays.
+
+    On a trace workload (workload.arrival = trace) with `trace_split` set (default "train"), every
+    reset draws the window's first row uniformly from the split's rows (conf/splits/default.yaml:
+    train [0, 45%), val [45%, 55%), test [55%, 100%) of the trace's rows, disjoint), so seeds give
+    different stretches of traffic and training never sees the evaluation rows. The window holds
+    workload.num_requests rows (at most the split's). A `workload.trace_offset` given in `overrides`
+    or `config` pins the window instead (every episode replays those rows); so does trace_split=None
+    (the scenario's own trace_offset).
+    """
+
+    def __init__(self, sim_config: SimConfig, split: str | None, pinned: bool):
+        splits = trace_splits()
+        if split is not None:
+            check_choice(split, "env.trace_split", tuple(splits))
+        wl = sim_config.workload
+        self.rows: tuple[int, int, int] | None = None  # (lo, hi, n)
+        if split is None or pinned or wl.arrival != "trace":
+            return
+        from pdgym.envs.sim.workload import load_trace
+
+        total = len(load_trace(wl.trace))
+        lo, hi = int(splits[split]["trace_from"] * total), int(splits[split]["trace_to"] * total)
+        if hi <= lo:
+            raise ConfigError(f"env.trace_split: split {split!r} holds no rows of {wl.trace!r} ({total} rows)")
+        n = min(int(wl.num_requests), hi - lo)
+        if n == hi - lo:
+            warnings.warn(f"workload.num_requests={wl.num_requests} fills the {split} split of {wl.trace!r} "
+                          f"({hi - lo} rows): every episode replays the same rows (only the simulator's random "
+                          "streams differ); lower it (e.g. workload.num_requests=600) for varied episodes",
+                          stacklevel=4)
+        self.rows = (lo, hi, n)
+
+    def config(self, sim_config: SimConfig, rng: np.random.Generator) -> SimConfig:
+        if self.rows is None:
+            return sim_config
+        lo, hi, n = self.rows
+        off = lo + int(rng.integers(0, hi - lo - n + 1))
+        wl = dataclasses.replace(sim_config.workload, trace_offset=off, num_requests=n)
+        return dataclasses.replace(sim_config, workload=wl)
+
+
+def _pins_offset(overrides, config: dict | None) -> bool:
+    given = any(str(o).lstrip("+~").split("=", 1)[0] == "workload.trace_offset" for o in overrides)
+    return given or "trace_offset" in ((config or {}).get("workload") or {})
+
+
+class PdgymEnv(gym.Env):
+    """Base of the pdgym envs (module docstring). Subclasses set ENV_ID, POINT, DEFAULT_SCENARIO and
+    implement `_make_core`, `_check_cluster`, `_policies`, `_begin`, `_act`, `_reward`, `_observe`,
+    `action_masks`, `default_action` and optionally `_info_extra`."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    ENV_ID: ClassVar[str]
+    POINT: ClassVar[str]  # the decision point the agent holds: prefill | decode | batching
+    DEFAULT_SCENARIO: ClassVar[str]
+
+    def __init__(self, scenario: str | None = None, overrides=(), config: dict | None = None,
+                 render_mode: str | None = None, trace_split: str | None = "train", stall_s: float | None = 60.0,
+                 **options):
+        scenario = scenario or self.DEFAULT_SCENARIO
+        if render_mode is not None:
+            check_choice(render_mode, "env.render_mode", self.metadata["render_modes"])
+        self.render_mode = render_mode
+        self.stall_s = None if stall_s is None else check_float(stall_s, "env.stall_s", lo_open=True)
+        self.scenario = scenario
+        sc = load_scenario(scenario, list(overrides))
+        self.scenario_policies = sc.policy  # the scenario's policy specs at each decision point
+        self.sim_config = merge_sim_config(sc.sim, config)
+        self.window = TraceWindow(self.sim_config, trace_split, _pins_offset(overrides, config))
+        wl = dataclasses.replace(self.sim_config.workload, num_requests=1, phases=None)
+        probe = Simulator(dataclasses.replace(self.sim_config, workload=wl), None, 0)  # the cluster's shape
+        self._check_cluster(probe)
+        self.core = self._make_core(options)
+        self._size_core(probe)
+        self.observation_space, self.action_space = self.core.spaces()
+        self.sim: Simulator | None = None
+        self._done = True
+        self._stall_end = False
+
+    # -------------------------------------------------------------- subclass hooks
+    def _make_core(self, options: dict):
+        raise NotImplementedError
+
+    def _check_cluster(self, probe: Simulator) -> None:
+        """Raise a ConfigError if the scenario's cluster has no room for this decision point."""
+
+    def _size_core(self, probe: Simulator) -> None:
+        """Fix the core's sizes (spaces) from the cluster's shape."""
+
+    def _policies(self) -> dict:
+        """The simulator's policies for one episode (the core at this env's point, baselines elsewhere)."""
+        raise NotImplementedError
+
+    def _begin(self) -> bool:
+        """Per-episode setup after the simulator is built; run to the first decision. True if the run ended."""
+        raise NotImplementedError
+
+    def _act(self, action) -> bool:
+        """Carry out a valid action, run to the next decision; True if the run ended."""
+        raise NotImplementedError
+
+    def _reward(self) -> float:
+        raise NotImplementedError
+
+    def _observe(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def action_masks(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def default_action(self):
+        """What an invalid action is replaced by (INVALID_ACTION_RULE)."""
+        raise NotImplementedError
+
+    def _info_extra(self) -> dict:
+        return {}
+
+    # -------------------------------------------------------------- the contract
+    @classmethod
+    def env_keys(cls) -> tuple[str, ...]:
+        """Keyword arguments of the env itself (scenario, reward, episode handling), not of its core:
+        an AgentPolicy given the env's keyword arguments ignores these."""
+        keys: list[str] = []
+        for klass in (cls, PdgymEnv):
+            for name, p in inspect.signature(klass.__init__).parameters.items():
+                if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name not in keys:
+                    keys.append(name)
+        return tuple(keys)
+
+    @property
+    def obs_layout(self) -> dict:
+        """[global | slots] layout of the observation for permutation-invariant extractors:
+        n_slots, per_slot_dim, global_dim, slots_first, mask_index (the slot feature flagging a real slot)."""
+        return self.core.obs_layout
+
+    def get_action_meanings(self) -> list[str]:
+        """One line per action (Discrete) or per action component (Box)."""
+        return self.core.action_meanings()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        cfg = self.window.config(self.sim_config, self.np_random)
+        self.sim = Simulator(cfg, self._policies(), seed=int(self.np_random.integers(0, 2**31 - 1)))
+        self._steps = 0
+        self._invalid = 0
+        self._progress = (0, 0)
+        self._quiet_s = 0.0  # simulated time of consecutive decisions without progress
+        self._stall_end = False
+        self._done = self._begin()
+        return self._observe(), self._info(False)
+
+    def step(self, action):
+        if self.sim is None:
+            raise RuntimeError(f"{self.ENV_ID}: call reset() before step()")
+        if self._done or self._stall_end:
+            raise RuntimeError(f"{self.ENV_ID}: the episode has ended; call reset()")
+        a, invalid = resolve_action(self.action_space, self.action_masks(), action, self.default_action)
+        self._invalid += invalid
+        t0 = self.sim.now
+        self._done = self._act(a)
+        self._steps += 1
+        reward = self._reward()
+        stalled = self._stall_end = not self._done and self._stalled(self.sim.now - t0)
+        obs = self._observe()
+        return obs, reward, self._done, stalled, self._info(stalled)
+
+    def _stalled(self, dt: float) -> bool:
+        """True once decisions have let no request make progress (no output token, nothing resolved)
+        for `stall_s` of simulated time in a row. Decisions come only while requests wait, so a run
+        of quiet decisions means the agent is keeping them waiting (e.g. always holding)."""
+        sim = self.sim
+        now = (sim.tokens_out, sim.n_resolved)
+        if now != self._progress:
+            self._progress = now
+            self._quiet_s = 0.0
+            return False
+        self._quiet_s += dt
+        return self.stall_s is not None and bool(self._quiet_s >= self.stall_s)
+
+    def _info(self, stalled: bool) -> dict:
+        sim = self.sim
+        info = {"sim_time": sim.now, "decisions": self._steps, "invalid_actions": self._invalid,
+                "finished": len(sim.completed), **self._info_extra()}
+        if self._done or stalled:
+            info["summary"] = self.summary()
+            info["stalled"] = stalled
+        return info
+
+    def summary(self) -> dict:
+        """The DESIGN section 5 metrics of the episode so far (requests still unresolved count in neither
+        finished nor rejected). info["summary"] at the env's own episode ends; after a TimeLimit
+        truncation (which the env does not see) call env.unwrapped.summary()."""
+        if self.sim is None:
+            raise RuntimeError(f"{self.ENV_ID}: call reset() before summary()")
+        with warnings.catch_warnings():  # a run cut before any request resolved has NaN (undefined) metrics
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return SimResult(self.sim).summary()
+
+    # -------------------------------------------------------------- rendering
+    def render(self):
+        if self.render_mode is None:
+            gym.logger.warn(f"{self.ENV_ID}: render() without a render_mode (make the env with "
+                            "render_mode='ansi' or 'rgb_array')")
+            return None
+        if self.sim is None:
+            raise RuntimeError(f"{self.ENV_ID}: call reset() before render()")
+        view = V.cluster_view(self.sim, self.POINT, self._decision_line())
+        return V.to_text(view) if self.render_mode == "ansi" else V.to_rgb(view)
+
+    def _decision_line(self) -> str:
+        if self._done:
+            return f"episode over after {self._steps} decisions"
+        names = self.get_action_meanings()
+        if not isinstance(self.action_space, spaces.Discrete):
+            return f"decision {self._steps}: {'; '.join(names)}"
+        allowed = [n for n, ok in zip(names, self.action_masks(), strict=True) if ok]
+        return f"decision {self._steps}: {len(allowed)} of {len(names)} actions allowed: {', '.join(allowed)}"
