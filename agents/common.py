@@ -1,8 +1,21 @@
-"""Glue between Hydra configs and the simulator shared by every command-line app."""
+"""Glue between Hydra configs and the simulator shared by every command-line app.
+
+`hydra_cli` is the front door of every Hydra app (pdgym-sim, -eval, -leaderboard, -train): it composes
+the config and runs the app's `validate` BEFORE Hydra creates a run directory, so bad input gives one
+line on stderr, exit status 2, and no run folder (no `.hydra/` claiming a run); Hydra's own multi-line
+errors become one line naming the key and what is allowed. `--help` is app-specific (only the config
+groups that app composes). Inside a run, `one_line_errors` keeps the same contract and turns Ctrl-C into
+one line (exit 130).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib
+import importlib.resources
+import itertools
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -10,9 +23,22 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from pdgym.envs.sim.config import ConfigError, SimConfig, check_key_path, sim_config
+from pdgym.envs.sim.config import ConfigError, SimConfig, check_footprint, check_key_path, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))
+DEFAULT_MEMORY_LIMIT_GB = 8.0
+# A user label (compare set, leaderboard entry, ...) becomes a file or folder name only if it matches.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
+def _safe_dirname(text: str) -> str:
+    """An override string as one folder name: separators and odd characters become '_'."""
+    out = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", str(text)).replace("..", "_")
+    return out[:150] or "_"
+
+
+if not OmegaConf.has_resolver("pdgym_dirname"):  # job folders of a multirun survive '/' in overrides
+    OmegaConf.register_new_resolver("pdgym_dirname", _safe_dirname)
 
 
 def to_container(cfg: Any) -> Any:
@@ -22,9 +48,14 @@ def to_container(cfg: Any) -> Any:
 
 
 def sim_config_from(cfg: Any) -> SimConfig:
-    """The SimConfig part of an app config (hardware, model, cluster, workload, cost, faults, ...)."""
+    """The SimConfig part of an app config (hardware, model, cluster, workload, cost, faults, ...).
+
+    Also refuses a run whose estimated memory footprint exceeds the config's `memory_limit_gb`.
+    """
     data = to_container(cfg)
-    return sim_config({k: data[k] for k in SIM_KEYS if k in data})
+    sim = sim_config({k: data[k] for k in SIM_KEYS if k in data})
+    check_footprint(sim, data.get("memory_limit_gb", DEFAULT_MEMORY_LIMIT_GB))
+    return sim
 
 
 def policy_spec(cfg: Any) -> dict:
@@ -33,14 +64,34 @@ def policy_spec(cfg: Any) -> dict:
     return dict(data.get("policy") or {})
 
 
+def check_label(label: Any, key: str) -> str:
+    """A user label that becomes a file or folder name: letters, digits, `_ - .`, no `..`."""
+    text = str(label) if isinstance(label, (str, int)) and not isinstance(label, bool) else None
+    ok = text is not None and SAFE_NAME.fullmatch(text) is not None and ".." not in text and text not in (".",)
+    if not ok:
+        raise ConfigError(f"{key}: got {label!r}; a label is 1-100 letters, digits, '_', '-', '.' "
+                          "(no '..', no path separators)")
+    return text
+
+
+def inside(root: Path, *parts: str) -> Path:
+    """root/parts..., refusing any path that would land outside `root` (defence behind check_label)."""
+    root = Path(root).resolve()
+    path = root.joinpath(*parts).resolve()
+    if path != root and root not in path.parents:
+        raise ConfigError(f"output path {path} would be outside the output directory {root}")
+    return path
+
+
 def fail(app: str, msg: str, code: int = 2):
     """Print one clear line and exit: the contract for bad input in every app."""
+    msg = " ".join(str(msg).split())  # one line, whatever the message held
     print(f"{app}: error: {msg}", file=sys.stderr)
     raise SystemExit(code)
 
 
 def one_line_errors(app: str) -> Callable:
-    """Decorator: ConfigError / missing files become one line on stderr and exit status 2."""
+    """Decorator: ConfigError / missing files become one line on stderr and exit status 2; Ctrl-C one line, 130."""
 
     def deco(fn):
         @wraps(fn)
@@ -51,6 +102,8 @@ def one_line_errors(app: str) -> Callable:
                 fail(app, str(exc))
             except FileNotFoundError as exc:
                 fail(app, f"file not found: {exc.filename or exc}")
+            except KeyboardInterrupt:
+                fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
 
         return inner
 
@@ -69,8 +122,6 @@ def check_group_choices(argv: list[str], app: str) -> None:
 
     Hydra would say so too, over several lines and after creating the run directory.
     """
-    import importlib.resources
-
     root = importlib.resources.files("pdgym.conf")
     for arg in argv:
         if "=" not in arg or arg.startswith(("hydra", "-")):
@@ -83,8 +134,233 @@ def check_group_choices(argv: list[str], app: str) -> None:
                 fail(app, str(exc))
             continue
         group = root.joinpath(*key.split("/"))
-        if not group.is_dir() or "," in value or value in ("null", ""):
+        if not group.is_dir() or "," in value or value == "null":
             continue
-        options = sorted(p.name[:-5] for p in group.iterdir() if p.name.endswith(".yaml"))
+        options = group_options(key)
+        if not options:  # a folder of groups (policy/): the choice is made per sub-group
+            subs = sorted(p.name for p in group.iterdir() if p.is_dir() and not p.name.startswith("_"))
+            fail(app, f"{key}: missing or not a single choice; pick one per decision point: "
+                      + ", ".join(f"{key}/{s}=NAME" for s in subs))
+        if value == "":
+            fail(app, f"{key}: empty; allowed: {', '.join(options)}")
         if value not in options:
             fail(app, f"{key}: unknown {value!r}; allowed: {', '.join(options)}")
+
+
+# --------------------------------------------------------------------------- Hydra front door
+def group_options(group: str) -> list[str]:
+    """Options of a config group (conf/GROUP/*.yaml)."""
+    root = importlib.resources.files("pdgym.conf").joinpath(*group.split("/"))
+    if not root.is_dir():
+        return []
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--shell-completion", "-sc", "--experimental-rerun"}
+_INFO_VALUES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra flags with their values, overrides)."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-") and not a.startswith("--") and "=" in a:  # not a flag: a negative-looking value
+            overrides.append(a)
+        elif a.startswith("-"):
+            flags.append(a)
+            takes = a in _FLAGS_WITH_VALUE or (a in ("--info", "-i") and i + 1 < len(argv)
+                                                 and argv[i + 1] in _INFO_VALUES)
+            if takes and i + 1 < len(argv):
+                flags.append(argv[i + 1])
+                i += 1
+        else:
+            overrides.append(a)
+        i += 1
+    return flags, overrides
+
+
+def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str) -> str:
+    """A Hydra / OmegaConf composition error as one line: the key, what is wrong, what is allowed."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    if isinstance(exc, MissingConfigException):
+        m = re.search(r"Could not find '([^']*)/([^']*)'", first)
+        if m:
+            group, value = m.group(1), m.group(2)
+            options = group_options(group) or [ln for ln in lines[2:] if not ln.startswith(("Config", "provider"))]
+            what = "empty" if value == "" else f"unknown {value!r}"
+            return f"{group}: {what}; allowed: {', '.join(options)}"
+        return first
+    if isinstance(exc, OverrideParseException):
+        bad = next((o for o in overrides if not _parses(o)), None)
+        detail = next((ln for ln in lines if not ln.startswith(("See ", "Error parsing"))), first)
+        return f"cannot parse override {bad!r}: {detail} (form: key=value, +key=value to add, ~key to delete)"
+    m = re.match(r"Could not override '([^']+)'\.\s*(.*)", first)
+    if m:
+        key = m.group(1)
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "...")
+        if "No match in the defaults list" in text:
+            return (f"{key}: not a key or config group of this command (its groups: "
+                    f"{', '.join(_groups(config_name))}); to add a new key use +{key}={value}")
+        full = getattr(exc.__cause__, "full_key", None) or key
+        parent, _, leaf = full.rpartition(".")
+        keys = _keys_of(config_name, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")], parent)
+        if keys is None:
+            return f"{full}: unknown key; to add a new key use +{key}={value}"
+        close = difflib.get_close_matches(leaf, keys, n=1)
+        hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
+        allowed = ", ".join(keys) if keys else "no keys yet (free-form)"
+        return f"{full}: unknown key; {hint}{parent or 'the config'} has: {allowed}; to add a new key use +{full}={value}"
+    m = re.match(r"Could not append to config\. An item is already at '([^']+)'", first)
+    if m:
+        return f"{m.group(1)}: already set; drop the '+' to change it ({m.group(1)}=...), or use ++ to add or override"
+    key = getattr(exc, "full_key", None) or getattr(exc.__cause__, "full_key", None)
+    return f"{key}: {first}" if key else first
+
+
+def _parses(override: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        OverridesParser.create().parse_overrides([override])
+        return True
+    except Exception:  # noqa: BLE001 - any parse failure marks the culprit
+        return False
+
+
+def _groups(config_name: str) -> list[str]:
+    choices = _choices(config_name)
+    return [g for g in choices if not g.startswith("hydra/")] if choices else []
+
+
+def _choices(config_name: str) -> dict:
+    from hydra import compose, initialize_config_module
+
+    try:
+        with initialize_config_module("pdgym.conf", version_base=None):
+            return dict(compose(config_name, return_hydra_config=True).hydra.runtime.choices)
+    except Exception:  # noqa: BLE001 - help text only
+        return {}
+
+
+def _keys_of(config_name: str, overrides: list[str], node: str) -> list[str] | None:
+    from hydra import compose, initialize_config_module
+
+    try:
+        with initialize_config_module("pdgym.conf", version_base=None):
+            cfg = compose(config_name, overrides=overrides)
+        sub = OmegaConf.select(cfg, node) if node else cfg
+        return [str(k) for k in sub] if isinstance(sub, DictConfig) else None
+    except Exception:  # noqa: BLE001 - hint only
+        return None
+
+
+def compose_checked(app: str, config_name: str, overrides: list[str]) -> DictConfig:
+    """Compose like Hydra would (hydra: interpolations resolvable), or fail with one line; creates no folder."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_module("pdgym.conf", version_base=None):
+            cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+    except (HydraException, OmegaConfBaseException) as exc:
+        fail(app, hydra_error_line(exc, overrides, config_name))
+
+
+def sweep_jobs(overrides: list[str], cap: int = 256) -> list[list[str]]:
+    """The override lists of a basic multirun's jobs (choice / range sweeps; interval sweeps left out)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes = []
+    for o in parsed:
+        if not o.is_sweep_override():
+            axes.append([o.input_line])
+        elif o.is_discrete_sweep():
+            axes.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+    return [list(job) for job in itertools.islice(itertools.product(*axes), cap)]
+
+
+def app_help(app: str, config_name: str, doc: str) -> str:
+    """`--help`: the app's docstring, then only the config groups this app composes, with their options."""
+    choices = _choices(config_name)
+    lines = [doc.strip(), "", f"usage: {app} [key=value ...] [group=option ...]",
+             f"       {app} --cfg job               print the composed config and exit",
+             f"       {app} -m key=a,b ...           multirun (one job per combination; runs/README.md)",
+             f"       {app} --hydra-help            Hydra's own flags", "", "config groups (group=option):"]
+    for group, choice in choices.items():
+        if group.startswith("hydra/") and group not in ("hydra/launcher", "hydra/sweeper"):
+            continue
+        opts = group_options(group)
+        if group.startswith("hydra/"):
+            opts = sorted(set(opts) | {"basic"})
+        lines.append(f"  {group:16s} default {choice}; options: {', '.join(opts) or '-'}")
+    lines.append("")
+    lines.append(f"See the composed defaults with `{app} --cfg job`; a key's value with key=value.")
+    return "\n".join(lines)
+
+
+def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
+              rewrite_argv: Callable[[list[str]], list[str]] | None = None) -> Callable:
+    """Decorator: the task function `fn(cfg)` becomes `main(argv=None)`, the app's entry point.
+
+    Before Hydra runs: app `--help`; `check_group_choices`; the config is composed and `validate(cfg)`
+    run (every job of a basic multirun) -- any failure is one line, exit 2, and no run folder. Then
+    Hydra runs `fn` in its run directory with `one_line_errors`. The task is looked up by import so
+    launchers that run jobs in other processes pickle it by reference.
+    """
+
+    def deco(fn: Callable) -> Callable:
+        mod, name = fn.__module__, fn.__name__
+
+        def main(argv: list[str] | None = None) -> Any:
+            import hydra
+
+            args = list(sys.argv[1:] if argv is None else argv)
+            if rewrite_argv is not None:
+                args = rewrite_argv(args)
+            flags, overrides = split_argv(args)
+            if any(f in ("--help", "-h") for f in flags):
+                print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
+                raise SystemExit(0)
+            check_group_choices(overrides, app)
+            multirun = any(f in ("-m", "--multirun") for f in flags)
+            if not set(flags) - {"-m", "--multirun"} or flags in (["--cfg", "job"], ["-c", "job"]):
+                for job in (sweep_jobs(overrides) if multirun else [overrides]):
+                    cfg = compose_checked(app, config_name, job)
+                    if validate is not None and not flags:
+                        try:
+                            validate(cfg)
+                        except ConfigError as exc:
+                            fail(app, f"{exc} (job {' '.join(job)})" if multirun else str(exc))
+
+            def task(cfg: DictConfig) -> Any:
+                target = getattr(importlib.import_module(mod), name)
+                return one_line_errors(app)(getattr(target, "__wrapped__", target))(cfg)
+
+            task.__module__ = mod  # Hydra names the job after the app's module
+
+            saved = sys.argv
+            sys.argv = [saved[0] if saved else app, *args]
+            try:
+                return hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name=config_name)(task)()
+            finally:
+                sys.argv = saved
+
+        main.__wrapped__ = fn
+        main.__doc__ = fn.__doc__
+        return main
+
+    return deco

@@ -2,23 +2,25 @@
 
     pdgym-sim scenario=NAME seed=S workload.num_requests=N hydra.run.dir=DIR
 
-writes DIR/metrics.json (DESIGN section 5 keys + num_requests), requests.csv, steps.csv
-and plots (latency CDFs, per-instance time series; `trace=true` adds trace.json and
-timeline.png: agents/run_views.py). With `compare=[...]` every policy set runs on the same
-seeded traffic; the first set's files go to DIR, the others to DIR/compare/<label>/, and
-compare.csv / the CDFs put them side by side.
+writes DIR/requests.csv, steps.csv, plots (latency CDFs, per-instance time series:
+agents/run_views.py) and, last, metrics.json (DESIGN section 5 keys + num_requests): tables and
+metrics go to a temporary name and are renamed, so an interrupted run leaves no metrics.json and
+no complete-looking table. With `compare=[...]` every policy set runs on the same seeded traffic;
+the first set's files go to DIR, the others to DIR/compare/<label>/ (labels: letters, digits,
+`_ - .`), and compare.csv / the CDFs put them side by side.
 """
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 from pdgym.agents import plots, run_views
-from pdgym.agents.common import check_group_choices, one_line_errors, policy_spec, run_dir, sim_config_from, to_container
+from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run_dir, sim_config_from, to_container
 from pdgym.baselines import make_policies
-from pdgym.envs.sim import simulate
+from pdgym.envs.sim import Simulator, simulate
+from pdgym.envs.sim.config import check, check_seed
+from pdgym.envs.sim.metrics import atomic_path
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
@@ -28,19 +30,39 @@ SHOWN = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p95", "throughput_tok_s", "
 
 
 def policy_sets(cfg) -> list[tuple[str, dict]]:
-    """(label, policy spec) for every set to run; the configured `policy` group fills gaps."""
+    """(label, policy spec) for every set to run; the configured `policy` group fills gaps.
+
+    Labels become folder names (DIR/compare/<label>): validated, and unique.
+    """
     base = policy_spec(cfg)
     entries = to_container(cfg.get("compare")) or []
+    check(isinstance(entries, list), "compare", f"got {entries!r}; must be a list of {{label: ..., prefill: ...}}")
     if not entries:
         return [("configured", base)]
     out = []
     for i, e in enumerate(entries):
+        check(isinstance(e, dict), f"compare[{i}]", f"got {e!r}; must be a mapping {{label: ..., prefill: ...}}")
         e = dict(e)
-        label = str(e.pop("label", f"set{i}"))
+        label = check_label(e.pop("label", f"set{i}"), f"compare[{i}].label")
+        check(label not in [lb for lb, _ in out], f"compare[{i}].label",
+              f"duplicate label {label!r}; every policy set needs its own")
+        unknown = set(e) - {"prefill", "decode", "batching"}
+        check(not unknown, f"compare[{i}]", f"unknown keys {sorted(unknown)}; allowed: label, prefill, decode, batching")
         spec = dict(base)
         spec.update(e)
         out.append((label, spec))
     return out
+
+
+def validate(cfg: DictConfig) -> tuple:
+    """Every check before anything runs or is written: seed, simulator config, memory, policy sets."""
+    seed = check_seed(to_container(cfg).get("seed"))
+    check(isinstance(cfg.get("plots", True), bool), "plots", f"got {cfg.get('plots')!r}; must be true or false")
+    sim_cfg = sim_config_from(cfg)
+    specs = policy_sets(cfg)
+    sets = [(label, make_policies(spec)) for label, spec in specs]
+    Simulator(sim_cfg, make_policies(specs[0][1]), seed=seed)  # builds instances: capacity checks, no run
+    return seed, sim_cfg, sets
 
 
 def metrics_table(rows: dict[str, dict], title: str) -> Table:
@@ -62,42 +84,41 @@ def _fmt(v) -> str:
     return f"{v:.4g}"
 
 
-@one_line_errors("pdgym-sim")
-def run(cfg: DictConfig) -> dict:
-    sim_cfg = sim_config_from(cfg)
-    sets = [(label, make_policies(spec)) for label, spec in policy_sets(cfg)]  # validate all before running
+def _plot(fn, data: dict, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fn(data, tmp)
+
+
+@hydra_cli("pdgym-sim", "config", validate=validate)
+def main(cfg: DictConfig) -> dict:
+    seed, sim_cfg, sets = validate(cfg)
     out = run_dir()
+    for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
+        (out / stale).unlink(missing_ok=True)
     results = {}
     for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1):
-        results[label] = simulate(sim_cfg, pols, seed=int(cfg.seed))
+        results[label] = simulate(sim_cfg, pols, seed=seed)
     first = next(iter(results))
-    for label, res in results.items():
-        res.write(out if label == first else out / "compare" / label)
     rows = {label: res.metrics() for label, res in results.items()}
+    for label, res in results.items():
+        if label != first:
+            res.write(inside(out, "compare", label))
     if len(rows) > 1:
         import pandas as pd
 
-        pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy_set").to_csv(out / "compare.csv")
+        with atomic_path(out / "compare.csv") as tmp:
+            pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy_set").to_csv(tmp)
     if cfg.get("plots", True):
         run_views.write_latency_cdfs({k: r.requests for k, r in results.items()}, out)
-        plots.decode_kv_spread({k: r.steps for k, r in results.items()}, out / "decode_kv_spread.png")
+        _plot(plots.decode_kv_spread, {k: r.steps for k, r in results.items()}, out / "decode_kv_spread.png")
         for label, res in results.items():
-            run_views.write_run_views(res, out if label == first else out / "compare" / label,
-                                      title=f"{cfg.get('scenario_name', 'scenario')}, {label}, seed {cfg.seed}")
+            run_views.write_run_views(res, out if label == first else inside(out, "compare", label),
+                                      title=f"{cfg.get('scenario_name', 'scenario')}, {label}, seed {seed}")
+    results[first].write(out)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
-    Console().print(metrics_table(rows, f"{scenario} (seed {cfg.seed})"))
+    Console().print(metrics_table(rows, f"{scenario} (seed {seed})"))
     print(f"results in {out}")
     return rows
-
-
-@hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="config")
-def _hydra_main(cfg: DictConfig) -> None:
-    run(cfg)
-
-
-def main() -> None:
-    check_group_choices(sys.argv[1:], "pdgym-sim")
-    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import functools
 import importlib
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -594,20 +593,11 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
             for a in argv]
 
 
-def main() -> None:
-    import hydra
-    from pdgym.agents.common import check_group_choices, one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    """pdgym-eval: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
+    from pdgym.agents.common import hydra_cli
 
-    sys.argv = [sys.argv[0], *alias_policy_argv(sys.argv[1:])]
-    check_group_choices(sys.argv[1:], "pdgym-eval")
-
-    @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="eval")
-    def _main(cfg) -> None:
-        from pdgym.agents.evaluation.evaluate import _app as app  # by import: launchers may run this in another process
-
-        one_line_errors("pdgym-eval")(app)(cfg)
-
-    _main()
+    hydra_cli("pdgym-eval", "eval", rewrite_argv=alias_policy_argv)(_app)(argv)
 
 
 if __name__ == "__main__":

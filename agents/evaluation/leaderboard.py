@@ -917,19 +917,18 @@ def build(cfg: dict) -> dict:
     return summary
 
 
-def main() -> None:
-    import hydra
-    from pdgym.agents.common import check_group_choices, one_line_errors, to_container
+def _task(cfg) -> dict:
+    """The board in Hydra's run (looked up by name: launchers may run it elsewhere)."""
+    from pdgym.agents.common import to_container
 
-    check_group_choices(sys.argv[1:], "pdgym-leaderboard")
+    return build(to_container(cfg))
 
-    @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="leaderboard")
-    def _main(cfg) -> None:
-        from pdgym.agents.evaluation.leaderboard import build as run  # by import: launchers may run this elsewhere
 
-        one_line_errors("pdgym-leaderboard")(run)(to_container(cfg))
+def main(argv: list[str] | None = None) -> None:
+    """pdgym-leaderboard: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
+    from pdgym.agents.common import hydra_cli
 
-    _main()
+    hydra_cli("pdgym-leaderboard", "leaderboard")(_task)(argv)
 
 
 if __name__ == "__main__":

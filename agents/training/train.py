@@ -414,22 +414,20 @@ def train_from_overrides(overrides: list[str], out: Path, name: str | None = Non
     return train(to_container(cfg), out)
 
 
-def main() -> None:
-    import hydra
-    from pdgym.agents.common import check_group_choices, one_line_errors, run_dir, to_container
+def _task(cfg) -> float | None:
+    """One training run in Hydra's run directory (looked up by name: launchers may run it elsewhere)."""
+    from pdgym.agents.common import run_dir, to_container
+
+    s = train(to_container(cfg), run_dir())
+    print(f"{s['name']}: {s['timesteps']} steps in {s['wall_time_s']:.0f} s; run in {run_dir()}")
+    return s["objective"]  # for sweepers (Optuna): the best validation value of env.primary
 
 
-    check_group_choices(sys.argv[1:], "pdgym-train")
+def main(argv: list[str] | None = None) -> float | None:
+    """pdgym-train: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
+    from pdgym.agents.common import hydra_cli
 
-    @hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name="train")
-    def _main(cfg) -> float | None:
-        from pdgym.agents.training.train import train as run  # by import: launchers may run this in another process
-
-        s = one_line_errors("pdgym-train")(run)(to_container(cfg), run_dir())
-        print(f"{s['name']}: {s['timesteps']} steps in {s['wall_time_s']:.0f} s; run in {run_dir()}")
-        return s["objective"]  # for sweepers (Optuna): the best validation value of env.primary
-
-    _main()
+    return hydra_cli("pdgym-train", "train")(_task)(argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .validation import ConfigError, check, check_choice, check_positive  # ConfigError: also imported from here
+from .validation import ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
+
+
+def check_seed(value: Any, key: str = "seed") -> int:
+    """A simulator seed: an integer in [0, 2**63) (numpy's SeedSequence takes any non-negative int)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+    check(ok, key, f"got {value!r}; must be an integer in [0, 2**63)")
+    return int(value)
+
+
+# Above this many requests per second no cluster keeps up and arrival gaps fall below a microsecond.
+MAX_RATE = 1e6
 
 
 # --------------------------------------------------------------------------- workload
@@ -102,6 +113,7 @@ class WorkloadConfig:
                   "azure_code, splitwise_conv)")
         if self.rate is not None:
             check_positive(self.rate, f"{key}.rate")
+            check_float(self.rate, f"{key}.rate", 0, MAX_RATE)
         if self.time_scale is not None:
             check_positive(self.time_scale, f"{key}.time_scale")
         check(self.prefix_groups >= 0, f"{key}.prefix_groups", f"got {self.prefix_groups}; must be >= 0")
@@ -127,6 +139,7 @@ class WorkloadConfig:
             check(ph.num_requests >= 1, f"{key}.phases[{i}].num_requests", "must be >= 1")
             if ph.rate is not None:
                 check_positive(ph.rate, f"{key}.phases[{i}].rate")
+                check_float(ph.rate, f"{key}.phases[{i}].rate", 0, MAX_RATE)
             if ph.concurrency is not None:
                 check(ph.concurrency >= 1, f"{key}.phases[{i}].concurrency", "must be >= 1")
             ph.prompt.validate(f"{key}.phases[{i}].prompt")
@@ -204,7 +217,7 @@ class FaultConfig:
     """Fault and scale events injected into the run."""
 
     drop_end_forward: float = 0.0  # probability that an EndForward signal never reaches the scheduler
-    down: list[dict[str, Any]] = field(default_factory=list)  # [{instance, at, until}] prefill (or colocated)
+    down: list[dict[str, Any]] = field(default_factory=list)  # [{instance, at, until}] prefill (disaggregated only)
     scale: list[dict[str, Any]] = field(default_factory=list)  # [{at, count}] active prefill instances
     detect_s: float = 5.0  # health checks report a down instance this long after it fails
 
@@ -212,12 +225,40 @@ class FaultConfig:
         check(0 <= self.drop_end_forward < 1, f"{key}.drop_end_forward",
               f"got {self.drop_end_forward}; allowed [0, 1)")
         for i, d in enumerate(self.down):
-            check("instance" in d and "at" in d, f"{key}.down[{i}]", "needs keys instance, at (and optional until)")
-            check(d.get("until") is None or d["until"] > d["at"], f"{key}.down[{i}].until", "must be > at")
+            k = f"{key}.down[{i}]"
+            check(isinstance(d, dict) and "instance" in d and "at" in d and set(d) <= {"instance", "at", "until"},
+                  k, f"got {d!r}; need {{instance, at}} and optional until")
+            check(_is_int(d["instance"]) and d["instance"] >= 0, f"{k}.instance",
+                  f"got {d['instance']!r}; must be a prefill instance index >= 0")
+            check_float(d["at"], f"{k}.at", 0, math.inf)
+            if d.get("until") is not None:
+                check_float(d["until"], f"{k}.until", 0, math.inf)
+                check(d["until"] > d["at"], f"{k}.until", f"got {d['until']!r}; must be > at ({d['at']!r})")
         for i, s in enumerate(self.scale):
-            check("at" in s and "count" in s and s["count"] >= 1, f"{key}.scale[{i}]",
-                  "needs keys at and count >= 1")
+            k = f"{key}.scale[{i}]"
+            check(isinstance(s, dict) and set(s) == {"at", "count"}, k, f"got {s!r}; need {{at, count}}")
+            check(_is_int(s["count"]) and s["count"] >= 1, f"{k}.count", f"got {s['count']!r}; must be an integer >= 1")
+            check_float(s["at"], f"{k}.at", 0, math.inf)
         check_positive(self.detect_s, f"{key}.detect_s", allow_zero=True)
+
+    def check_topology(self, cluster: ClusterConfig, key: str = "faults") -> None:
+        """Faults act on prefill instances and the scheduler's EndForward signals: disaggregated only."""
+        if cluster.topology != "disaggregated":
+            for name in ("down", "scale"):
+                check(not getattr(self, name), f"{key}.{name}",
+                      f"needs cluster.topology=disaggregated (prefill instances); this cluster is {cluster.topology}")
+            check(self.drop_end_forward == 0, f"{key}.drop_end_forward",
+                  f"needs cluster.topology=disaggregated (EndForward is a prefill signal); got {self.drop_end_forward} "
+                  f"on a {cluster.topology} cluster")
+            return
+        n = max([cluster.prefill.count] + [int(s["count"]) for s in self.scale])
+        for i, d in enumerate(self.down):
+            check(d["instance"] < n, f"{key}.down[{i}].instance",
+                  f"got {d['instance']}; allowed 0..{n - 1} (cluster.prefill.count={cluster.prefill.count})")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass
@@ -244,8 +285,10 @@ class SimConfig:
         self.cluster.validate()
         self.workload.validate()
         self.faults.validate()
+        self.faults.check_topology(self.cluster)
         check_positive(self.slo.ttft_s, "slo.ttft_s")
         check_positive(self.slo.tpot_s, "slo.tpot_s")
+        check_positive(self.max_sim_time_s, "max_sim_time_s")  # inf: no horizon
         return self
 
 
@@ -332,3 +375,36 @@ def check_key_path(path: str) -> None:
         if sub is None:
             return
         cls = sub
+
+
+# --------------------------------------------------------------------------- memory footprint
+# Bytes per DP unit and per request, measured with tracemalloc (peak of Simulator construction and of
+# simulate() + metrics() at 4000 requests on ds_v3_h800_3p1d / decode_tier_n8 / coloc_h100_qwen3_8b:
+# 800 B per prefill or colocated unit, 430 B per decode unit, 0.8-1.0 KiB per request with its results).
+_BYTES_PER_UNIT = {"prefill": 800, "decode": 450, "colocated": 800}
+_BYTES_PER_REQUEST = 1024
+
+
+def footprint_bytes(cfg: SimConfig) -> int:
+    """A lower estimate of the memory one run of `cfg` needs (instances' DP units plus requests)."""
+    cl = cfg.cluster
+    kinds = ("prefill", "decode") if cl.topology == "disaggregated" else ("colocated",)
+    units = 0
+    for kind in kinds:
+        inst = getattr(cl, kind)
+        count = inst.count
+        if kind == "prefill":
+            count = max([count] + [int(s["count"]) for s in cfg.faults.scale])
+        units += _BYTES_PER_UNIT[kind] * int(count) * int(inst.dp)
+    wl = cfg.workload
+    n = sum(int(p.num_requests) for p in wl.phases) if wl.phases else int(wl.num_requests)
+    return units + _BYTES_PER_REQUEST * n
+
+
+def check_footprint(cfg: SimConfig, limit_gb: float, key: str = "memory_limit_gb") -> None:
+    """Refuse a run whose estimated footprint exceeds `limit_gb` GiB (before anything is allocated)."""
+    check_positive(limit_gb, key)
+    need = footprint_bytes(cfg)
+    check(need <= limit_gb * 2**30, "cluster",
+          f"this run needs at least {need / 2**30:.3g} GiB (DP units x instances and requests; "
+          f"{key}={limit_gb:g}); shrink cluster.*.count / dp or workload.num_requests, or raise {key}")

@@ -18,6 +18,7 @@ Definitions (every table and leaderboard uses these names):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -142,12 +143,18 @@ class SimResult:
         return m
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write metrics.json, requests.csv and steps.csv into `out_dir` (created if missing)."""
+        """Write requests.csv, steps.csv, then metrics.json (the mark of a complete result) into `out_dir`.
+
+        Each file goes to a temporary name and is renamed, so an interrupted write leaves no
+        complete-looking file; metrics.json last, so it never stands beside a missing table.
+        """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").unlink(missing_ok=True)  # a previous run's mark would outlive a failed write
+        for name, table in (("requests.csv", self.requests), ("steps.csv", self.step_table())):
+            with atomic_path(out / name) as tmp:
+                table.to_csv(tmp, index=False)
         write_json(out / "metrics.json", self.metrics())
-        self.requests.to_csv(out / "requests.csv", index=False)
-        self.step_table().to_csv(out / "steps.csv", index=False)
         return out
 
     def step_table(self) -> pd.DataFrame:
@@ -172,9 +179,19 @@ def json_safe(obj):
     return obj
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary sibling of `path` to write; renamed onto `path` only if the block completes."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial{path.suffix}")  # keeps the suffix (savefig reads it)
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_json(path: str | Path, data) -> None:
     """Write atomically (temp file + rename) so no half-written result is ever left behind."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(json_safe(data), indent=2, sort_keys=False) + "\n")

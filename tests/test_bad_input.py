@@ -1,0 +1,128 @@
+"""Bad input on every command line: exit 2, exactly one line on stderr, no traceback, no result, no run folder.
+
+The apps run in-process (their `main(argv)`), in a temporary working directory: a case passes only if
+nothing at all was created there (no `.hydra/` claiming a run, no runs/ folder, no metrics file).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+APPS = {
+    "pdgym-sim": "pdgym.agents.apps.sim",
+    "pdgym-repro": "pdgym.agents.apps.repro",
+    "pdgym-eval": "pdgym.agents.evaluation.evaluate",
+    "pdgym-leaderboard": "pdgym.agents.evaluation.leaderboard",
+    "pdgym-train": "pdgym.agents.training.train",
+}
+
+DOWN7 = "faults.down=[{instance: 7, at: 0.1}]"
+
+# (app, argv, text the one line must contain)
+SIM = [
+    (["seed=-1"], "seed"), (["seed=abc"], "seed"), (["seed=1.5"], "seed"), (["seed=true"], "seed"),
+    ([DOWN7], "faults.down[0].instance"),
+    (["faults.down=[{instance: -1, at: 0.1}]"], "faults.down[0].instance"),
+    (["faults.down=[{at: 0.1}]"], "faults.down[0]"),
+    (["faults.down=[{instance: 0, at: 1.0, until: 0.5}]"], "until"),
+    (["scenario=coloc_h100_qwen3_8b", "faults.down=[{instance: 0, at: 0.1}]"], "faults.down"),
+    (["scenario=coloc_h100_qwen3_8b", "faults.drop_end_forward=0.5"], "faults.drop_end_forward"),
+    (["faults.drop_end_forward=1.5"], "faults.drop_end_forward"),
+    (["faults.scale=[{at: 1.0, count: 0}]"], "faults.scale[0]"),
+    (["workload.rate=inf"], "workload.rate"), (["workload.rate=1e308"], "workload.rate"),
+    (["workload.rate=-3"], "workload.rate"), (["workload.rate=nan"], "workload.rate"),
+    (["workload.rate=abc"], "workload.rate"), (["workload.rate=0"], "workload.rate"),
+    (["max_sim_time_s=0"], "max_sim_time_s"), (["max_sim_time_s=-1"], "max_sim_time_s"),
+    (["workload.num_requests=0"], "workload.num_requests"),
+    (["workload.num_requests=1.5"], "workload.num_requests"),
+    (["workload.trace_arrivals=bootstrap"], "workload.trace_arrivals"),
+    (["cluster.prefill.count=0"], "cluster.prefill.count"),
+    (["cluster.prefill.count=100000", "cluster.prefill.dp=1000"], "memory_limit_gb"),
+    (["workload.num_requests=100000000"], "memory_limit_gb"),
+    (["cluster.decode.kv_capacity_tokens=100"], "kv_capacity_tokens"),
+    (["cluster.topology=ring"], "cluster.topology"),
+    (["policy.prefill.bogus=3"], "+policy.prefill.bogus=3"), (["bogus=1"], "+bogus=1"),
+    (["workload.bogus=1"], "workload.bogus"), (["workload.prompt.bogus=1"], "workload.prompt.bogus"),
+    (["hardware="], "hardware: empty"), (["scenario="], "scenario: empty"),
+    (["hardware=tpu_v9"], "hardware"), (["scenario=nope"], "scenario"), (["model=gpt5"], "model"),
+    (["policy/prefill=nope"], "policy/prefill"), (["policy="], "policy/prefill=NAME"),
+    (["hardware.hbm_gb=-80"], "did you mean"), (["model.num_layers=0"], "model.num_layers"),
+    (["policy.decode.window=0"], "policy.decode.window"),
+    (["compare=[{label: ../../x}]"], "compare[0].label"), (["compare=[{label: /abs/path}]"], "compare[0].label"),
+    (["compare=[{label: a/b}]"], "compare[0].label"), (["compare=[{label: ..}]"], "compare[0].label"),
+    (["compare=[{label: a},{label: a}]"], "duplicate"), (["compare=[{label: a, bogus: 1}]"], "compare[0]"),
+    (["compare=[{label: a, prefill: nope}]"], "nope"), (["compare=3"], "compare"),
+    (["a.b=[1"], "cannot parse"), (["seed"], "cannot parse"), (["+seed=3"], "seed: already set"),
+    (["plots=maybe"], "plots"), (["memory_limit_gb=0"], "memory_limit_gb"),
+    (["workload.trace=/no/such.csv"], "workload.trace"), (["workload.trace=nope"], "workload.trace"),
+    (["cost.kind=magic"], "cost.kind"), (["slo.ttft_s=0"], "slo.ttft_s"),
+]
+REPRO = [
+    (["no_such_repro"], "md1_check"), ([], "usage"), (["seed=3"], "usage"),
+    (["md1_check", "seed=-1"], "seed"), (["md1_check", "seed=abc"], "seed"), (["md1_check", "bogus=1"], "+bogus=1"),
+    (["md1_check", "repro.bogus=1"], "repro.bogus"), (["md1_check", "--frobnicate"], "flags"),
+    (["md1_check", "workload.rate=inf"], "workload.rate"),
+]
+OTHERS = [
+    (app, argv, key)
+    for app in ("pdgym-eval", "pdgym-leaderboard", "pdgym-train")
+    for argv, key in ((["bogus=1"], "+bogus=1"), (["a.b=[1"], "cannot parse"), (["splits=nope"], "splits"))
+] + [
+    ("pdgym-eval", ["scenario="], "scenario: empty"), ("pdgym-eval", ["hardware.hbm_gb=-80"], "did you mean"),
+    ("pdgym-eval", ["policy.decode.window=0"], "policy.decode.window"),
+    ("pdgym-train", ["agent=nope"], "agent"), ("pdgym-train", ["env=nope"], "env"),
+    ("pdgym-train", ["agent.kwargs.bogus_arg=1"], "agent.kwargs.bogus_arg"),
+    ("pdgym-leaderboard", ["preset=nope"], "preset"),
+]
+CASES = [("pdgym-sim", a, k) for a, k in SIM] + [("pdgym-repro", a, k) for a, k in REPRO] + OTHERS
+
+
+def _id(case) -> str:
+    app, argv, _ = case
+    return f"{app.split('-')[1]}:{' '.join(argv)[:40]}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
+    app, argv, key = case
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(APPS[app]).main
+    extra = [] if app == "pdgym-repro" else [f"hydra.run.dir={tmp_path / 'run'}"]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, *extra])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"{app}: error: ") and key in lines[0], lines[0]
+    assert "Traceback" not in err and "np.float64" not in err
+    assert os.listdir(tmp_path) == [], "bad input created files or a run folder"
+
+
+def test_at_least_sixty_cases_over_every_cli():
+    assert len(CASES) >= 60 and {app for app, _, _ in CASES} == set(APPS)
+
+
+def test_trace_errors_are_plain_and_cut(tmp_path):
+    """No numpy reprs in trace errors; a huge one-line file's header is cut."""
+    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
+    from pdgym.envs.sim.workload import make_workload
+
+    nan = tmp_path / "nan.csv"
+    nan.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,1.5,5\n")
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"col{i}" for i in range(20000)) + "\n")
+    gz = tmp_path / "cut.csv.gz"
+    import gzip
+
+    rows = "".join(f"{i * 0.37:.2f},{(i * 7919) % 997 + 1},{(i * 104729) % 389 + 1}\n" for i in range(20000))
+    blob = gzip.compress(("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows).encode())
+    gz.write_bytes(blob[: len(blob) // 2])  # a download cut in the middle
+    for path, want in ((nan, "1.5"), (wide, "..."), (gz, "cannot read")):
+        with pytest.raises(ConfigError) as e:
+            make_workload(WorkloadConfig(trace=str(path), num_requests=10), None)
+        msg = str(e.value)
+        assert want in msg and "np.float64" not in msg and len(msg) < 600 and "\n" not in msg, msg
