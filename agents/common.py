@@ -324,6 +324,9 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
 
     def deco(fn: Callable) -> Callable:
         mod, name = fn.__module__, fn.__name__
+        if mod == "__main__":  # `python -m pdgym....`: workers of a launcher import the real module name
+            spec = getattr(sys.modules["__main__"], "__spec__", None)
+            mod = spec.name if spec is not None else mod
 
         def main(argv: list[str] | None = None) -> Any:
             import hydra

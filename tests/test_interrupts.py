@@ -1,0 +1,99 @@
+"""Interrupted runs leave nothing that looks like a result (SIGINT and SIGKILL, while simulating and writing).
+
+A complete pdgym-sim result is marked by metrics.json, written last; tables are written to a temporary
+name and renamed. pdgym-repro moves the previous run aside, so its summary.json never stands as this run's.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+LONG = ["scenario=ds_v3_h800_3p1d", "workload.num_requests=300000", "plots=false"]
+# pdgym-sim whose table writer writes 5 rows and then hangs: the signal lands in the middle of a write.
+SLOW_WRITER = """
+import sys, time
+import pandas as pd
+orig = pd.DataFrame.to_csv
+def slow(self, path, *a, **k):
+    orig(self.head(5), path, *a, **k)
+    time.sleep(120)
+pd.DataFrame.to_csv = slow
+from pdgym.agents.apps.sim import main
+main(sys.argv[1:])
+"""
+
+
+def _wait_for(cond, timeout: float = 120.0) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "the run never reached the point to interrupt"
+        time.sleep(0.1)
+
+
+def _interrupt(cmd: list[str], ready, sig: int, cwd: Path) -> subprocess.CompletedProcess:
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        _wait_for(lambda: ready() or p.poll() is not None)
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _no_complete_result(out: Path) -> None:
+    assert not (out / "metrics.json").exists()
+    # a table under its final name is whole (renamed after writing), never a truncated one
+    for name in ("requests.csv", "steps.csv"):
+        assert not (out / name).exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_sim_interrupted_while_simulating(tmp_path, sig):
+    out = tmp_path / "run"
+    r = _interrupt([str(BIN / "pdgym-sim"), *LONG, f"hydra.run.dir={out}"],
+                   lambda: (out / ".hydra").exists() and time.sleep(1.5) is None, sig, tmp_path)
+    _no_complete_result(out)
+    if sig == signal.SIGINT:
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 130 and "Traceback" not in r.stderr
+        assert "interrupted" in lines[-1] and "no result" in lines[-1]
+    else:
+        assert r.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_sim_interrupted_while_writing(tmp_path, sig):
+    out = tmp_path / "run"
+    partial = out / ".requests.csv.partial.csv"
+    r = _interrupt([sys.executable, "-c", SLOW_WRITER, "scenario=ds_v3_h800_3p1d", "workload.num_requests=200",
+                    "plots=false", f"hydra.run.dir={out}"], partial.exists, sig, tmp_path)
+    _no_complete_result(out)
+    if sig == signal.SIGINT:
+        assert r.returncode == 130 and "Traceback" not in r.stderr
+        assert not partial.exists()  # the temporary file is cleaned up
+    else:
+        assert partial.exists()  # left behind, but under a name no reader takes for a result
+
+
+def test_repro_interrupted_keeps_the_previous_summary_apart(tmp_path):
+    prev = tmp_path / "runs/repro/md1_check"
+    prev.mkdir(parents=True)
+    (prev / "summary.json").write_text('{"previous": true}\n')
+    r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]"],
+                   lambda: (tmp_path / "runs/repro/md1_check.previous").exists() and time.sleep(1.5) is None,
+                   signal.SIGINT, tmp_path)
+    assert r.returncode == 130 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if "it/s]" not in ln]  # the progress bar aside
+    assert len(lines) == 1 and lines[0].startswith("pdgym-repro: error: interrupted")
+    assert not (prev / "summary.json").exists()
+    assert (tmp_path / "runs/repro/md1_check.previous/summary.json").read_text() == '{"previous": true}\n'
