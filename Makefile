@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint wheel-check clean
+.PHONY: run test bench fidelity lint wheel-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m bench
+
+# Every paper reproduction at full size (hours on 2 cores), judged against its band: writes docs/fidelity.md.
+# ONLY=sbs_ttft,pbaa_util runs some; ARGS="workload.trace=PATH" replays another trace in every reproduction.
+fidelity: $(STAMP)
+	WANDB_MODE=offline $(BIN)/python -m pdgym.agents.experiments.fidelity --only "$(ONLY)" $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check envs baselines agents tests bench

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import pandas as pd
 from pdgym.agents.common import sim_config_from, to_container
+from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim.config import SimConfig
 
 
@@ -68,6 +69,14 @@ class Experiment:
     def trace(self) -> str | None:
         """`workload.trace=PATH` given on the command line (or by the scenario), else None."""
         return self.cfg.workload.get("trace")
+
+    def scenario(self, name: str, overrides: tuple[str, ...] = ()) -> SimConfig:
+        """A named scenario as a simulator config. The run's own scenario keeps its command-line overrides;
+        a `workload.trace=PATH` given to the run applies to every scenario (any vidur / Azure trace)."""
+        if name == self.cfg.get("scenario_name") and not overrides:
+            return self.sim
+        ov = list(overrides) + ([f"workload.trace={self.trace}"] if self.trace else [])
+        return load_scenario(name, ov).sim
 
     def spec(self, node) -> Any:
         """A policy spec from the config (plain str / dict, not an OmegaConf node)."""

@@ -52,19 +52,32 @@ def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
+MAX_DOUBLINGS = 8
+
+
+def bracketed(rate: float, rate_hi: float) -> bool:
+    """False when `peak_rate` stopped doubling without finding a violating rate (the run is too short)."""
+    return rate < rate_hi * 2 ** (MAX_DOUBLINGS - 1)
+
+
 def peak_rate(sim_cfg, spec, target_s: float, num_requests: int, seeds, lo: float, hi: float,
-              iters: int = 10, max_reject: float = 0.01) -> float:
+              iters: int = 10, max_reject: float = 0.01, max_doublings: int = MAX_DOUBLINGS) -> float:
     """Largest rate whose seed-mean TTFT stays <= target_s (and rejections <= max_reject), by bisection.
 
-    `hi` is doubled until it violates the target; `lo` must satisfy it.
+    `hi` is doubled until it violates the target (at most `max_doublings` times: a run too short to
+    overload returns its last `hi`, which the caller's regime check flags); `lo` must satisfy it.
     """
 
     def ok(rate: float) -> bool:
         m = run_point(sim_cfg, spec, rate, num_requests, seeds)
         return m["ttft_mean"] <= target_s and m["rejected"] <= max_reject * num_requests
 
-    while ok(hi):
+    for _ in range(max_doublings):
+        if not ok(hi):
+            break
         lo, hi = hi, hi * 2
+    else:
+        return lo
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)

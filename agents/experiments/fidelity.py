@@ -1,0 +1,203 @@
+"""The fidelity report: every reproduction run, every paper effect judged against its band, one markdown file.
+
+`make fidelity` (python -m pdgym.agents.experiments.fidelity) runs each reproduction named in
+conf/fidelity.yaml's `effects` at full size (conf/repro/NAME.yaml as is), reads each effect's value
+from the reproduction's summary.json, and writes docs/fidelity.md: the effect, the paper's figure,
+pdgym's figure, the band it must fall in, a verdict, the reproduction's figure, its wall time and the
+commit id. `--tiny` runs the same code path with conf/fidelity.yaml's `tiny` overrides (CI: the
+numbers then say nothing about the effects, and the report says so).
+
+Verdicts: pass (every value in band, and rising where the effect says so), FAIL (a value out of band),
+not measured (the run's configuration has no such point, e.g. a smaller tiny run),
+out of regime (the reproduction flagged a point as out of its regime: the number is not a test of
+the effect), not run (the reproduction failed; its error is in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import re
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from pdgym.agents.apps import repro
+from pdgym.agents.common import fail
+from pdgym.envs.sim.metrics import write_json
+
+from .harness import write_text
+
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(-?\d*)(?::(-?\d*))?\]")
+
+
+def spec() -> dict:
+    return OmegaConf.to_container(OmegaConf.load(importlib.resources.files("pdgym.conf") / "fidelity.yaml"))
+
+
+def lookup(summary: dict, path: str):
+    """`a.b[0:2]` in a summary: dict keys, list items and slices; a dict at the end becomes its values."""
+    cur = summary
+    for m in _TOKEN.finditer(path):
+        key, i, j = m.groups()
+        if key is not None:
+            cur = cur[key]
+        elif j is None and ":" not in m.group(0):
+            cur = cur[int(i)]
+        else:
+            cur = cur[int(i) if i else None:int(j) if j else None]
+    return list(cur.values()) if isinstance(cur, dict) else cur
+
+
+def as_list(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def judge(effect: dict, summary: dict) -> tuple[list, str]:
+    """(values, verdict) of one effect against its band; "not measured" when the run has no such value."""
+    try:
+        vals = as_list(lookup(summary, effect["value"]))
+        per = as_list(lookup(summary, effect["per"])) if effect.get("per") else None
+    except (KeyError, IndexError, TypeError):
+        return [], "not measured"
+    if per:
+        vals = [v / p for v, p in zip(vals, per if len(per) == len(vals) else per * len(vals))]
+    lo, hi = effect["band"]
+
+    def bound(b, k):
+        if b is None:
+            return None
+        if isinstance(b, str):
+            bs = as_list(lookup(summary, b))
+            return bs[k] if len(bs) > 1 else bs[0]
+        return b
+
+    ok = True
+    for k, v in enumerate(vals):
+        if v is None:
+            ok = False
+            continue
+        lo_k, hi_k = bound(lo, k), bound(hi, k)
+        if (lo_k is not None and v < lo_k) or (hi_k is not None and v > hi_k):
+            ok = False
+    if effect.get("check") == "increasing" and any(b <= a for a, b in zip(vals, vals[1:])):
+        ok = False
+    return vals, "pass" if ok else "FAIL"
+
+
+def fmt(vals: list) -> str:
+    return " / ".join("n/a" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v) for v in vals)
+
+
+def commit_id() -> str:
+    """Short commit id of the checkout this module runs from (+dirty with uncommitted changes), or "unknown"."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True,
+                             timeout=10, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=True,
+                               capture_output=True, text=True, timeout=10, cwd=here).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out + ("+dirty" if dirty else "")
+
+
+def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: list[str]) -> dict:
+    cfg = spec()
+    effects = cfg["effects"]
+    order = list(dict.fromkeys(e["repro"] for e in effects))
+    if names:
+        bad = sorted(set(names) - set(order))
+        if bad:
+            fail("pdgym-fidelity", f"--only: unknown reproduction(s) {', '.join(bad)}; allowed: {', '.join(order)}")
+        order = [n for n in order if n in names]
+    results: dict[str, dict] = {}
+    for k, name in enumerate(order, 1):
+        print(f"[{k}/{len(order)}] {name}{' (tiny)' if tiny else ''}", flush=True)
+        overrides = (list(cfg["tiny"].get(name, [])) if tiny else []) + list(extra)
+        t0 = time.perf_counter()
+        try:
+            summary = repro.run(name, overrides, out_root)
+            results[name] = {"summary": summary, "wall_s": time.perf_counter() - t0, "error": None}
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- one failed reproduction is reported, the rest run
+            results[name] = {"summary": None, "wall_s": time.perf_counter() - t0,
+                             "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    rows = []
+    for e in effects:
+        if e["repro"] not in results:
+            continue
+        r = results[e["repro"]]
+        if r["summary"] is None:
+            rows.append({**e, "values": [], "verdict": "not run"})
+            continue
+        vals, verdict = judge(e, r["summary"])
+        if not r["summary"].get("regime", {}).get("in_regime", True):
+            verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
+        rows.append({**e, "values": vals, "verdict": verdict})
+    report = render(rows, results, tiny, out_root, extra)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    write_text(doc, report)
+    verdicts = {"effects": [{k: r[k] for k in ("repro", "effect", "values", "band", "verdict")} for r in rows],
+                "wall_s": {n: r["wall_s"] for n, r in results.items()}, "tiny": tiny, "commit": commit_id()}
+    out_root.mkdir(parents=True, exist_ok=True)
+    write_json(out_root / "fidelity.json", verdicts)
+    print(f"fidelity: {sum(r['verdict'] == 'pass' for r in rows)}/{len(rows)} effects pass; report in {doc}")
+    return verdicts
+
+
+def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: list[str]) -> str:
+    n_pass = sum(r["verdict"] == "pass" for r in rows)
+    lines = [
+        "# Fidelity report: the papers' effects in pdgym",
+        "",
+        f"Generated by `make fidelity` (python -m pdgym.agents.experiments.fidelity) at commit `{commit_id()}`, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        + ("**tiny sizes (CI code path): the numbers below say nothing about the effects**" if tiny
+           else "full sizes (conf/repro/*.yaml as committed)")
+        + (f"; overrides: `{' '.join(extra)}`" if extra else "") + ".",
+        "",
+        "Each effect: the paper's figure, pdgym's value(s) from the reproduction's summary.json, the band it must "
+        "fall in (the paper's figure within a factor of about 2, ALGORITHMS.md; the direction always), and the "
+        "verdict. *out of regime*: the reproduction flagged a point (load, occupancy) outside the regime the "
+        "effect is claimed for, so the value is not a test of it. Figures are under "
+        f"`{out_root}/NAME/`.",
+        "",
+        f"**{n_pass} of {len(rows)} effects pass.**",
+        "",
+        "| reproduction | effect | paper | pdgym | band | verdict | figure |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lo, hi = r["band"]
+        band = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]" + (
+            ", rising" if r.get("check") == "increasing" else "")
+        fig = f"`{r['repro']}/{r['figure']}`" if r.get("figure") else ""
+        lines.append(f"| {r['repro']} | {r['effect']} | {r['paper']} | {fmt(r['values'])} | {band} | "
+                     f"{r['verdict']} | {fig} |")
+    lines += ["", "## Runs", "", "| reproduction | wall time (s) | regime | status |", "|---|---|---|---|"]
+    for name, r in results.items():
+        s = r["summary"] or {}
+        reg = s.get("regime", {})
+        flags = "; ".join(reg.get("out_of_regime", [])[:4]) + (" ..." if len(reg.get("out_of_regime", [])) > 4 else "")
+        status = "ok" if r["error"] is None else f"error: {r['error'].splitlines()[-1][:200]}"
+        lines.append(f"| {name} | {r['wall_s']:.0f} | {'in regime' if reg.get('in_regime', True) else flags} | "
+                     f"{status} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="pdgym-fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="CI sizes (conf/fidelity.yaml tiny overrides)")
+    ap.add_argument("--only", default="", help="comma-separated reproductions (default: all)")
+    ap.add_argument("--out", default="runs/fidelity", help="output root of the reproductions")
+    ap.add_argument("--doc", default="docs/fidelity.md", help="the report to write")
+    ap.add_argument("overrides", nargs="*", help="key=value overrides for every reproduction (e.g. workload.trace=PATH)")
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    run([n for n in a.only.split(",") if n], a.tiny, Path(a.out), Path(a.doc), a.overrides)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""`make fidelity`'s code path at tiny sizes (every reproduction, the report), and the verdict rules."""
+
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+from pdgym.agents.experiments import fidelity
+from pdgym.agents.experiments.harness import Experiment
+
+
+def test_lookup_and_judge_follow_the_band_rules():
+    s = {"r": [0.6, 0.7, 1.2], "long": {"r": [0.9]}, "by": {"5120": {"g": {"off": 0.2}}}, "lo": [0.5, 0.6, 0.5]}
+    assert fidelity.lookup(s, "r[0:2]") == [0.6, 0.7] and fidelity.lookup(s, "r[-1]") == 1.2
+    assert fidelity.lookup(s, "by.5120.g.off") == 0.2 and fidelity.lookup(s, "by.5120.g") == [0.2]
+    assert fidelity.judge({"value": "r[0:2]", "band": [0.55, 0.75]}, s)[1] == "pass"
+    assert fidelity.judge({"value": "r", "band": [0.55, 0.75]}, s)[1] == "FAIL"  # 1.2 is out
+    assert fidelity.judge({"value": "r", "band": [None, None], "check": "increasing"}, s)[1] == "pass"
+    assert fidelity.judge({"value": "lo", "band": [None, None], "check": "increasing"}, s)[1] == "FAIL"
+    assert fidelity.judge({"value": "r", "band": ["lo", 1.5]}, s)[1] == "pass"  # element-wise path bound
+    assert fidelity.judge({"value": "r[0]", "per": "r[1]", "band": [0.8, 0.9]}, s)[1] == "pass"  # 0.857
+
+
+def test_every_effect_names_a_reproduction_and_every_reproduction_has_tiny_sizes():
+    from pdgym.agents.apps.repro import available
+
+    cfg = fidelity.spec()
+    names = set(available())
+    assert {e["repro"] for e in cfg["effects"]} <= names
+    assert names <= set(cfg["tiny"]), "a reproduction without tiny overrides is not covered by CI"
+
+
+def test_regime_check_flags_points_outside_their_band(tmp_path, capsys):
+    cfg = OmegaConf.create({"seed": 0, "repro": {"runner": "pdgym.agents.experiments.x:run"}})
+    exp = Experiment(cfg, tmp_path)
+    assert exp.regime("N=8", "pool occupancy", 0.5, lo=0.2)
+    assert not exp.regime("N=32", "pool occupancy", 0.01, lo=0.2)
+    assert not exp.regime("N=64", "pool occupancy", float("nan"), lo=0.2)
+    s = exp.finish({"x": 1})
+    assert s["x"] == 1 and not s["regime"]["in_regime"]
+    assert s["regime"]["out_of_regime"] == ["N=32: pool occupancy", "N=64: pool occupancy"]
+    assert "OUT OF REGIME at N=32" in capsys.readouterr().out
+
+
+def test_make_fidelity_runs_every_reproduction_at_tiny_sizes(tmp_path):
+    doc = tmp_path / "fidelity.md"
+    out = fidelity.run(None, True, tmp_path / "runs", doc, [])
+    assert not [e for e in out["effects"] if e["verdict"] == "not run"], out["effects"]
+    text = doc.read_text()
+    assert "tiny sizes" in text and "| reproduction | effect |" in text
+    data = json.loads((tmp_path / "runs" / "fidelity.json").read_text())
+    assert set(data["wall_s"]) == {e["repro"] for e in fidelity.spec()["effects"]}
+    for name in data["wall_s"]:
+        s = json.loads((tmp_path / "runs" / name / "summary.json").read_text())
+        assert "regime" in s and s["figures"], name
+        for f in s["figures"]:
+            assert (tmp_path / "runs" / name / f).stat().st_size > 0, (name, f)
