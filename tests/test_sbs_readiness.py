@@ -108,3 +108,23 @@ def test_the_long_prompt_workload_matches_the_paper():
     p = wl.prompt
     assert p.min() >= 3072 and p.max() <= 65536
     assert 6400 < p.mean() < 7000
+
+
+def test_engine_dp_dispatch_round_robin_spreads_unplaced_requests_in_turn():
+    """A request sent without a DP unit: round_robin (SGLang's default) takes the units in turn whatever their load;
+    least_loaded takes the unit with the fewest tokens."""
+    for rule, expect in (("round_robin", [0, 1, 0, 1]), ("least_loaded", None)):
+        cfg = one_instance(0.0)
+        cfg["cluster"]["prefill"]["dp_dispatch"] = rule
+        cfg["workload"]["num_requests"] = 4
+        sim = Simulator(cfg, None, 0)
+        sim.run()
+        units = sim.req.prefill_dp.tolist()
+        if expect:
+            assert units == expect
+        else:
+            assert sorted(units[:2]) == [0, 1]  # the second request avoids the loaded unit
+    with pytest.raises(ConfigError, match="cluster.prefill.dp_dispatch"):
+        cfg = one_instance(0.0)
+        cfg["cluster"]["prefill"]["dp_dispatch"] = "random"
+        Simulator(cfg, None, 0)

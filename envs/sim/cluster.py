@@ -122,7 +122,8 @@ class Simulator:
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
         dcost = build_cost_model(cost_cfg, hw, model, d)
-        self.prefill = [PrefillInstance(i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s)
+        self.prefill = [PrefillInstance(i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
+                                        p.dp_dispatch)
                         for i in range(n_prefill)]
         kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d, key="cluster.decode")
         self.decode = [DecodeInstance(i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
@@ -192,7 +193,7 @@ class Simulator:
         if self.disaggregated:
             P = self.prefill[inst]
             if dp is None:
-                dp = int(np.argmin(P.load_tokens()))
+                dp = P.pick_unit()
             work = req.work[rid]
             if P.caches is not None and req.prefix_key[rid] >= 0 and req.done[rid] == 0:
                 cache = P.caches[dp]

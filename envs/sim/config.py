@@ -163,6 +163,9 @@ class InstanceConfig:
     # prefill: after a pass that leaves work queued (a long prompt's next chunk), hold the next pass this long so
     # a batch the scheduler releases on the EndForward joins its idle DP units (> net_latency_s to catch it); 0 = off
     batch_form_s: float = 0.0
+    # prefill: the engine's DP unit for a request sent without one (immediate dispatch): least_loaded (an ideal
+    # balancer that sees every unit's tokens) | round_robin (SGLang's default load_balance_method for DP attention)
+    dp_dispatch: str = "least_loaded"
 
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
@@ -175,6 +178,7 @@ class InstanceConfig:
         check(0 < self.mem_util <= 1, f"{key}.mem_util", f"got {self.mem_util}; allowed (0, 1]")
         check(self.prefix_cache_entries >= 0, f"{key}.prefix_cache_entries", "must be >= 0")
         check_positive(self.batch_form_s, f"{key}.batch_form_s", allow_zero=True)
+        check_choice(self.dp_dispatch, f"{key}.dp_dispatch", ("least_loaded", "round_robin"))
 
 
 @dataclass

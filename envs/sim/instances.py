@@ -53,7 +53,8 @@ class PrefillInstance:
     `chunk_tokens` tokens per unit from its queue head (long prompts span several passes).
     """
 
-    def __init__(self, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int, batch_form_s: float = 0.0):
+    def __init__(self, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int, batch_form_s: float = 0.0,
+                 dp_dispatch: str = "least_loaded"):
         self.idx = idx
         self.dp = dp
         self.chunk_tokens = chunk_tokens
@@ -67,6 +68,8 @@ class PrefillInstance:
         self.running_tokens = np.zeros(dp, dtype=np.int64)  # tokens of the pass in progress
         self.reported = np.zeros(dp, dtype=np.int64)  # EndForward payload: tokens left per unit at the pass end
         self.batch_form_s = batch_form_s  # hold before a pass that continues queued work (config.py)
+        self.dp_dispatch = dp_dispatch  # unit for a request sent without one (config.py)
+        self.rr_unit = 0
         self.depth = 0  # requests on the wire, queued or in the pass
         self.pass_start = 0.0
         self.pass_end = 0.0
@@ -75,6 +78,13 @@ class PrefillInstance:
         self.completing: list[int] = []  # requests whose prefill ends with the current pass
         self.lost: list[int] = []  # requests stranded by a failure, returned once it is detected
         self.caches = [PrefixCache(cache_entries) for _ in range(dp)] if cache_entries > 0 else None
+
+    def pick_unit(self) -> int:
+        """The engine's own DP unit for a request the scheduler sent without one."""
+        if self.dp_dispatch == "round_robin":
+            self.rr_unit = (self.rr_unit + 1) % self.dp
+            return (self.rr_unit - 1) % self.dp
+        return int(np.argmin(self.load_tokens()))
 
     def load_tokens(self) -> np.ndarray:
         """Tokens each DP unit still has to process (wire + queue + current pass)."""
