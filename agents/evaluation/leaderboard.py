@@ -917,7 +917,7 @@ def build(cfg: dict) -> dict:
     return summary
 
 
-def _task(cfg) -> dict:
+def _app_task(cfg) -> dict:
     """The board in Hydra's run (looked up by name: launchers may run it elsewhere)."""
     from pdgym.agents.common import to_container
 
@@ -928,7 +928,7 @@ def main(argv: list[str] | None = None) -> None:
     """pdgym-leaderboard: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    hydra_cli("pdgym-leaderboard", "leaderboard")(_task)(argv)
+    hydra_cli("pdgym-leaderboard", "leaderboard")(_app_task)(argv)
 
 
 if __name__ == "__main__":
