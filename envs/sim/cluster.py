@@ -466,8 +466,11 @@ class Simulator:
         dp = int(req.prefill_dp[rid])
         work = int(req.work[rid])
         P.inflight_tokens[dp] -= work
-        if not P.up:  # connection refused: back to the scheduler
+        if not P.up:  # connection refused: back to the scheduler, which now knows the instance is down
             P.depth -= 1
+            if self.prefill_healthy[inst]:  # a refusal is a health report: hold, don't bounce again
+                self._set_healthy(inst, False)
+                self.scheduler.on_topology_change(self)
             self._bounce(rid)
             return
         req.state[rid] = R.PREFILL
