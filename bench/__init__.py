@@ -2,6 +2,7 @@
 
 Every module bench/bench_*.py exposes `run() -> dict[str, float]`; this package runs them
 all, measures a reference (Gymnasium CartPole raw steps/s) in the same process so figures
-can be compared across machines and runs as ratios, prints a table and appends to
-runs/bench/history.csv (plus runs/bench/latest.json).
+can be compared across machines and runs as ratios, prints a table, appends every figure to
+bench/history.csv and, on a full run, writes the table into docs/performance.md
+(bench/report.py holds the targets). runs/bench/latest.json keeps the last run.
 """

@@ -1,0 +1,43 @@
+"""Peak memory (max RSS) of one simulation of 1,000,000 requests, in a fresh subprocess so nothing else
+of the bench counts: the DeepSeek-V3 disaggregated scenario with Poisson arrivals at 60 req/s and
+Azure-conversation lengths (empirical), default policies. Also the interpreter's baseline RSS after
+the same imports, so the per-request cost can be read off."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+N = 1_000_000
+CHILD = """
+import json, resource, sys, time
+from pdgym.envs.sim import SimResult, Simulator
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+n = int(sys.argv[1])
+cfg = {"hardware": "h800", "model": "deepseek_v3",
+       "cluster": {"topology": "disaggregated", "prefill": {"count": 3, "dp": 8, "ep": 8, "chunk_tokens": 3072},
+                   "decode": {"count": 1, "dp": 32, "ep": 32, "batch_limit": 128}},
+       "workload": {"num_requests": n, "arrival": "poisson", "rate": 60.0,
+                    "prompt": {"dist": "empirical", "source": "azure_conv"},
+                    "output": {"dist": "empirical", "source": "azure_conv"}}}
+sim = Simulator(cfg, None, seed=0)
+t = time.perf_counter()
+sim.run()
+wall = time.perf_counter() - t
+res = SimResult(sim)
+res.summary()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"base_kb": base, "peak_kb": peak, "wall_s": wall, "events": sim.n_events}))
+"""
+
+
+def measure(n: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(n)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run() -> dict:
+    m = measure(N)
+    return {"peak_mb_1m": m["peak_kb"] / 1024, "import_mb": m["base_kb"] / 1024,
+            "kb_per_request": (m["peak_kb"] - m["base_kb"]) / N, "requests_per_wall_s_1m": N / m["wall_s"]}

@@ -1,0 +1,115 @@
+"""The bench's targets (issue 13, issue 10 item 14), its table in docs/performance.md, and its history.
+
+A figure is either a rate, shown with its ratio to the same run's CartPole reference (raw steps/s),
+or an absolute figure (ms, MB, a ratio of two timings of the same run). Targets are stated on the
+ratio for rates, so they hold across machines.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+# (figure, key in the results, kind, target as text, predicate on the value or its ratio)
+ROWS = [
+    ("Simulated requests/s, DeepSeek-V3 3P x DP8 + 1D x DP32 (19,366 Azure)", "sim.disagg_requests_per_wall_s",
+     "rate", ">= 0.20", lambda r: r >= 0.20),
+    ("Simulated events/s, same", "sim.disagg_events_per_wall_s", "rate", "", None),
+    ("Simulated requests/s, Llama-3-8B A100 x4 colocated, chunk 512 (5,000 Azure at 8 req/s)",
+     "sim.coloc_requests_per_wall_s", "rate", "", None),
+    ("Simulated events/s, same", "sim.coloc_events_per_wall_s", "rate", "", None),
+    ("Events per request, colocated", "sim.coloc_events_per_request", "abs", "", None),
+    ("pdgym-sim 5,000 requests: whole command / simulate()", "cli.e2e_over_simulate", "abs", "<= 2",
+     lambda v: v <= 2),
+    ("pdgym-sim, same with plots=false", "cli.e2e_noplots_over_simulate", "abs", "", None),
+    ("pdgym-sim module import (s)", "cli.import_s", "abs", "", None),
+    ("Heavy modules (torch, SB3, matplotlib) loaded by importing pdgym-sim", "cli.heavy_modules_at_import",
+     "abs", "0", lambda v: v == 0),
+    ("BR-0 ms per step, N = 32, pool ~256", "decode.br0_ms_per_step", "abs", "< 0.2", lambda v: v < 0.2),
+    ("BR-0 ms per step, N = 32, overloaded (pool > 5,000)", "decode.br0_ms_per_step_overload", "abs", "< 0.2",
+     lambda v: v < 0.2),
+    ("BR-H (memo) ms per step, N = 32, pool ~256", "decode.brh_memo_ms_per_step", "abs", "< 0.5", lambda v: v < 0.5),
+    ("BR-H (memo) ms per step, N = 32, overloaded", "decode.brh_memo_ms_per_step_overload", "abs", "< 0.5",
+     lambda v: v < 0.5),
+    ("BR-H (oracle) ms per step, N = 32, pool ~256", "decode.brh_oracle_ms_per_step", "abs", "", None),
+    ("BR-H (oracle) ms per step, N = 32, overloaded", "decode.brh_oracle_ms_per_step_overload", "abs", "", None),
+    ("IQR ms per step, N = 32, pool ~256", "decode.iqr_ms_per_step", "abs", "", None),
+    ("IQR ms per step, N = 32, overloaded", "decode.iqr_ms_per_step_overload", "abs", "", None),
+    ("Least KV ms per step, N = 32, pool ~256", "decode.least_kv_ms_per_step", "abs", "", None),
+    ("Least KV ms per step, N = 32, overloaded", "decode.least_kv_ms_per_step_overload", "abs", "", None),
+    ("Overload 40k requests, BR-0 wall / least KV wall", "overload.br0_over_least_kv_40k", "abs", "<= 2",
+     lambda v: v <= 2),
+    ("Overload 40k requests, BR-H wall / least KV wall", "overload.brh_over_least_kv_40k", "abs", "<= 2",
+     lambda v: v <= 2),
+    ("Overload 40k requests, IQR wall / least KV wall", "overload.iqr_over_least_kv_40k", "abs", "<= 2",
+     lambda v: v <= 2),
+    ("Overload 40k requests, power of two wall / least KV wall", "overload.power_of_two_over_least_kv_40k", "abs",
+     "<= 2", lambda v: v <= 2),
+    ("Overload, least KV wall 40k / 10k (4 = linear)", "overload.least_kv_growth_10k_to_40k", "abs", "", None),
+    ("Overload, BR-0 wall 40k / 10k", "overload.br0_growth_10k_to_40k", "abs", "", None),
+    ("Overload, BR-H wall 40k / 10k", "overload.brh_growth_10k_to_40k", "abs", "", None),
+    ("Overload, IQR wall 40k / 10k", "overload.iqr_growth_10k_to_40k", "abs", "", None),
+    ("DecodeRouting-v0 steps/s", "decode.env_agent_steps_per_s", "rate", ">= 0.12", lambda r: r >= 0.12),
+    ("PrefillDispatch-v0 steps/s (timing mode)", "prefill.env_timing_steps_per_s", "rate", ">= 0.10",
+     lambda r: r >= 0.10),
+    ("PrefillDispatch-v0 steps/s (allocation mode)", "prefill.env_allocation_steps_per_s", "rate", ">= 0.10",
+     lambda r: r >= 0.10),
+    ("PhaseBatching-v0 steps/s", "batching.env_steps_per_s_phase", "rate", ">= 0.10", lambda r: r >= 0.10),
+    ("PPO on DecodeRouting / PPO on CartPole (timesteps/s, 1 process)", "train.ratio_1proc_vs_cartpole", "abs",
+     "", None),
+    ("Peak memory, 1M requests (MB, own process)", "memory.peak_mb_1m", "abs", "<= 500", lambda v: v <= 500),
+    ("Memory per request at 1M (KB)", "memory.kb_per_request", "abs", "", None),
+]
+
+
+def render_table(results: dict[str, float], stamp: str, machine: str) -> str:
+    """Markdown table of the figures this run measured (rows whose key is missing are left out)."""
+    ref = results["ref.cartpole_steps_per_s"]
+    lines = [f"Measured {stamp} on {machine}. CartPole-v1 reference: {ref:,.0f} raw steps/s (mean of "
+             f"{results['ref.cartpole_before']:,.0f} before and {results['ref.cartpole_after']:,.0f} after).",
+             "", "| figure | value | ratio to CartPole | target | met |", "|---|---:|---:|---|---|"]
+    for label, key, kind, target, ok in ROWS:
+        if key not in results:
+            continue
+        v = results[key]
+        ratio = v / ref if kind == "rate" else None
+        judged = ratio if kind == "rate" else v
+        met = "" if ok is None else ("yes" if ok(judged) else "**no**")
+        lines.append(f"| {label} | {v:,.4g} | {'' if ratio is None else f'{ratio:.3f}'} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_doc(path: Path, table: str) -> None:
+    """Replace the text between the bench markers of `path` (appended at the end if it has none)."""
+    text = path.read_text() if path.exists() else "# Performance\n"
+    block = f"{BEGIN}\n{table}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    _atomic_write(path, text)
+
+
+def history_row(path: Path, stamp: str, machine: str, results: dict[str, float]) -> Path:
+    """Append one run to the history CSV (long format: time, machine, figure, value, ratio to CartPole)."""
+    ref = results["ref.cartpole_steps_per_s"]
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["time", "machine", "figure", "value", "ratio_to_cartpole"])
+        for k, v in results.items():
+            w.writerow([stamp, machine, k, f"{v:.6g}", f"{v / ref:.6g}"])
+    return path
