@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from omegaconf import DictConfig
-from pdgym.agents import plots, run_views
 from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run_dir, sim_config_from, to_container
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
@@ -109,6 +108,8 @@ def main(cfg: DictConfig) -> dict:
         with atomic_path(out / "compare.csv") as tmp:
             pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy_set").to_csv(tmp)
     if cfg.get("plots", True):
+        from pdgym.agents import plots, run_views  # matplotlib only when plotting (import cost: tests/test_import_cost.py)
+
         run_views.write_latency_cdfs({k: r.requests for k, r in results.items()}, out)
         _plot(plots.decode_kv_spread, {k: r.steps for k, r in results.items()}, out / "decode_kv_spread.png")
         for label, res in results.items():

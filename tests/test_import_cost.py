@@ -1,0 +1,19 @@
+"""`pdgym-sim` and the simulator load no heavy module until they need it (issue 13 item 3): torch, SB3
+and matplotlib cost seconds of import each. Checked in a fresh interpreter (this test process has
+imported everything already)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "stable_baselines3", "sb3_contrib", "matplotlib", "wandb", "tensorboard")
+
+
+@pytest.mark.parametrize("module", ["pdgym.agents.apps.sim", "pdgym.envs.sim", "pdgym.baselines"])
+def test_no_heavy_module_at_import(module):
+    code = f"import sys, {module}; print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == "", f"importing {module} loads {out}"
