@@ -1,13 +1,13 @@
 """DecodeRouting-v0: the agent is the decode router of a decode tier; prefill runs a configured baseline.
 
 `DecodeRoutingEnv` (its docstring documents the env in Gymnasium's sections), the policy core it
-shares with `AgentPolicy` (a trained agent as a DecodeRouter inside `simulate()`), and the shadow
-simulator `_DryRun` that reads a baseline router's plan for behaviour cloning.
+shares with `AgentPolicy` (a trained agent as a DecodeRouter inside `simulate()`); a baseline
+router's plan is read for behaviour cloning through the shadow simulator `AdmissionDryRun`
+(envs/shadow.py).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -17,6 +17,7 @@ from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
@@ -272,44 +273,6 @@ class _StepMeter:
         return self.cost.last_idle_frac
 
 
-class _DryRun:
-    """A stand-in simulator for planning: admissions update private copies of one decode instance and
-    are recorded, so a baseline router's plan for the current boundary can be read without acting."""
-
-    def __init__(self, sim, inst: int):
-        self._sim = sim
-        d = copy.copy(sim.decode[inst])
-        d.batch, d.kv, d.active = d.batch.copy(), d.kv.copy(), [set(a) for a in d.active]
-        self.decode = list(sim.decode)
-        self.decode[inst] = d
-        self.pool = dict(sim.pool)
-        self.plan: dict[int, int] = {}
-
-    def __getattr__(self, name):
-        return getattr(self._sim, name)
-
-    def admit(self, rid, inst, worker):
-        d = self.decode[inst]
-        load = int(self._sim.req.prompt[rid] + self._sim.req.done[rid])
-        if rid not in self.pool or d.batch[worker] >= d.batch_limit or d.kv[worker] + load > d.kv_cap[worker]:
-            return False
-        del self.pool[rid]
-        d.batch[worker] += 1
-        d.kv[worker] += load
-        d.active[worker].add(rid)
-        self.plan[rid] = worker
-        return True
-
-    def reject(self, rid, reason):
-        self.pool.pop(rid, None)
-
-    def pause(self):
-        pass
-
-    def set_timer(self, t, owner, tag=None):
-        pass
-
-
 class DecodeRoutingEnv(PdgymEnv):
     """## Description
 
@@ -515,7 +478,7 @@ class DecodeRoutingEnv(PdgymEnv):
             self._teacher = (teacher, None, {})
         key = (r.inst, sim.decode[r.inst].steps, sim.now)
         if self._teacher[1] != key:
-            dry = _DryRun(sim, r.inst)  # draws from sim.rng, as the teacher would inside simulate()
+            dry = AdmissionDryRun(sim, r.inst)  # draws from sim.rng, as the teacher would inside simulate()
             teacher.route(dry, r.inst)
             self._teacher = (teacher, key, dry.plan)
         plan = self._teacher[2]

@@ -2,8 +2,8 @@
 
 `PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections), the policy core it
 shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`), the waiting-time
-meter behind its reward, and the shadow simulator `_Recorder` through which a baseline scheduler
-teaches (behaviour cloning).
+meter behind its reward; a baseline scheduler teaches (behaviour cloning) through the shadow
+simulator `DispatchRecorder` (envs/shadow.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pdgym.baselines import make_policy
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.shadow import DispatchRecorder
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import PrefillScheduler
@@ -28,29 +29,6 @@ MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 MODES = ("timing", "allocation")
 N_GLOBAL, N_INST = 12, 6
 CLIP = 5.0
-
-
-class _Recorder:
-    """The simulator as a shadow teacher sees it: reads pass through, actions are recorded, not done."""
-
-    def __init__(self, sim, intents: dict):
-        self._sim = sim
-        self._intents = intents
-
-    def __getattr__(self, name):
-        return getattr(self._sim, name)
-
-    def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
-        self._intents[rid] = (inst, dp)
-
-    def reject(self, rid: int, reason: str) -> None:
-        """The env applies its own flow control."""
-
-    def set_timer(self, t: float, owner: str, tag=None) -> None:
-        self._sim.set_timer(t, "prefill", ("teacher", tag))
-
-    def pause(self) -> None:
-        """A teacher never pauses the run."""
 
 
 class _Core(PrefillScheduler):
@@ -281,7 +259,7 @@ class _Core(PrefillScheduler):
         if self.teacher is not teacher:
             self.teacher = teacher
             self.intents.clear()
-            self._proxy = _Recorder(sim, self.intents)
+            self._proxy = DispatchRecorder(sim, self.intents)
             teacher.reset(self._proxy)
             for rid in list(sim.buffer):
                 teacher.on_arrival(self._proxy, rid)
