@@ -56,8 +56,14 @@ def resolve_action(space: spaces.Space, mask: np.ndarray | None, action: Any, de
         except (TypeError, ValueError):
             return default(), True
         return (a, False) if space.contains(a) else (default(), True)
-    if space.contains(action) and (mask is None or mask[int(action)]):
-        return int(action), False
+    if isinstance(action, (int, np.integer)):  # the common case, without Discrete.contains' generality
+        a = int(action)
+        ok = space.start <= a < space.start + space.n
+    else:
+        ok = space.contains(action)
+        a = int(action) if ok else 0
+    if ok and (mask is None or mask[a - space.start]):
+        return a, False
     return default(), True
 
 
