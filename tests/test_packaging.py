@@ -53,3 +53,15 @@ def test_wheel_runs_without_the_repository(tmp_path):
     p = subprocess.run([sys.executable, "-S", "-c", code, str(site), deps], capture_output=True, text=True,
                        cwd=tmp_path, timeout=300, check=False)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-2000:]
+
+
+def test_building_prints_no_setuptools_warnings(tmp_path):
+    """Licence as an SPDX string, config / trace folders declared: no deprecation or 'ambiguous package' warning."""
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                        str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, check=True)
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    out = r.stdout + r.stderr
+    assert "running bdist_wheel" in out or "Building wheel" in out  # -v shows the backend's output
+    for bad in ("BuildBackendWarning", "SetuptoolsDeprecationWarning", "ambiguous", "is deprecated"):
+        assert bad not in out, [ln for ln in out.splitlines() if bad in ln][:3]
