@@ -120,3 +120,20 @@ def test_seeds_give_distinct_replicates_on_a_trace_scenario(tmp_path):
     assert reqs[1] != reqs[2]
     a, b = (pd.read_csv(tmp_path / f"s{s}" / "requests.csv") for s in (1, 2))
     assert list(a.prompt) == list(b.prompt) and not a.arrival.equals(b.arrival)
+
+
+def test_every_configured_policy_name_resolves_in_pdgym_eval():
+    """`policy/POINT=NAME` works in pdgym-sim for every conf/policy file; pdgym-eval policy=NAME must too."""
+    from pdgym.agents.common import configured_policy, group_options
+    from pdgym.agents.evaluation.evaluate import resolve
+    from pdgym.baselines import make_policies
+
+    for point in ("prefill", "decode", "batching"):
+        for name in group_options(f"policy/{point}"):
+            cand = resolve(name, point=point)
+            assert cand.point == point and cand.label == name
+            make_policies({point: cand.spec})  # a buildable spec
+        assert configured_policy(point, "no_such_preset") is None
+    memo = resolve("brh_memo").spec  # inherits brh through its defaults list
+    assert memo["name"] == "brh" and memo["predictor"] == "memo"
+    assert resolve("sbs_cache").spec["allocation"] == "pbaa_cache"

@@ -414,6 +414,17 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     base = {"name": spec} if isinstance(spec, str) else dict(spec)
     name = base.get("name")
     kinds = [k for k in POINTS if name in registered(k)]
+    if not kinds:  # a configured preset (conf/policy/POINT/NAME.yaml, e.g. sbs_cache): its class and params
+        from pdgym.agents.common import configured_policy
+
+        presets = {k: configured_policy(k, name) for k in POINTS if point in (None, k)}
+        presets = {k: v for k, v in presets.items() if v is not None}
+        if len(presets) == 1:
+            (point, preset), = presets.items()
+            label = label or name
+            base = {**preset, **{k: v for k, v in base.items() if k != "name"}}
+            name = base["name"]
+            kinds = [point]
     if point is None:
         if len(kinds) != 1:
             allowed = "; ".join(f"{k}: {', '.join(registered(k))}" for k in POINTS)
