@@ -77,7 +77,7 @@ def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) 
     specs = routers(p)
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
-        cfg = tier(base, n=int(n), num_requests=reqs)
+        cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
         cap = capacity(cfg, seed)
         cfg = tier(cfg, rate=float(p.load) * cap)
         for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
@@ -90,6 +90,9 @@ def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) 
             rows.append({"workload": tag, "N": int(n), "router": label(spec), "rate": float(p.load) * cap,
                          "capacity_rps": cap, "capacity_per_worker": cap / int(n), **r})
     table = pd.DataFrame(rows)
+    for r in table[table.router.isin(["br0", "least_kv"])].itertuples():
+        exp.regime(f"{tag} N={r.N} {r.router}", "share of decode steps with an empty pool", r.empty_pool_frac,
+                   hi=float(p.regime_max_empty_pool), note="(not saturated: nothing left to choose from)")
     fields = summarise(table, p)
     plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
     plot_groups(table, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
@@ -118,6 +121,8 @@ def summarise(table: pd.DataFrame, p) -> dict:
             f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
         f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1)
         f["capacity_per_worker"].append(float(t.capacity_per_worker.iloc[0]))
+        for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
+            f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
     return f
 
 
@@ -187,6 +192,8 @@ def run(exp: Experiment) -> dict:
     if p.heavy_tail_scenario:
         ht = load_scenario(str(p.heavy_tail_scenario)).sim
         sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests)), int(p.heavy_tail_per_worker)))
+    if p.get("paper_scenario"):  # BalanceRoute's own setting (DeepSeek-V3 decode on an Ascend 910C supernode)
+        sets.append(("ascend_910c", tier(exp.scenario(str(p.paper_scenario)), num_requests=n_eval), 0))
     tables, fields, sweeps = [], {}, []
     for tag, sim_cfg, per_worker in tqdm(sets, desc="br_imbalance workloads"):
         table, f = compare(sim_cfg, p, seed, tag, exp, per_worker)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from pathlib import Path
 
 import matplotlib
@@ -104,14 +105,19 @@ def col(table: pd.DataFrame, policy: str, name: str) -> list[float]:
 
 # --------------------------------------------------------------------------- decode: tiers and routers
 class KVRecorder:
-    """Wraps a decode instance's cost model to keep the worker-KV vector of every executed step."""
+    """Wraps a decode instance's cost model to keep, for every executed step, the worker-KV vector and the
+    pool left after the router's admissions (the regime: a saturated tier always has a pool to choose from)."""
 
-    def __init__(self, cost):
+    def __init__(self, cost, sim=None):
         self.cost = cost
+        self.sim = sim
         self.kv: list[np.ndarray] = []
+        self.pool: list[int] = []
 
     def pass_time(self, p, a, batch, kv):
         self.kv.append(kv.copy())
+        if self.sim is not None:
+            self.pool.append(len(self.sim.pool))
         return self.cost.pass_time(p, a, batch, kv)
 
     @property
@@ -120,10 +126,15 @@ class KVRecorder:
 
 
 def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
-         num_requests: int | None = None):
-    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count."""
+         num_requests: int | None = None, scale_prefill: bool = False):
+    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count.
+    `scale_prefill`: prefill instances grow with N (ceil(count x N / the scenario's N), never fewer), so the side
+    that feeds the pool grows with the decode tier and a larger N is not starved."""
     cl, wl = sim_cfg.cluster, sim_cfg.workload
     if n is not None:
+        if scale_prefill:
+            count = max(cl.prefill.count, math.ceil(cl.prefill.count * n / cl.decode.dp))
+            cl = dataclasses.replace(cl, prefill=dataclasses.replace(cl.prefill, count=count))
         cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, ep=n * cl.decode.tp))
     if rate is not None:
         wl = dataclasses.replace(wl, rate=float(rate))
@@ -135,8 +146,8 @@ def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool 
 
 def capacity(sim_cfg, seed: int) -> float:
     """Requests per second the least-KV router sustains: decode output tokens per second while the whole
-    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times),
-    over the mean output length."""
+    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times with
+    at least 90% of the slots busy, when there are enough of them), over the mean output length."""
     burst = dataclasses.replace(sim_cfg, workload=dataclasses.replace(
         sim_cfg.workload, arrival="poisson", rate=1e6, time_scale=None))
     sim = Simulator(burst, {"decode": make_policy("decode", "least_kv")}, seed)
@@ -145,6 +156,9 @@ def capacity(sim_cfg, seed: int) -> float:
     lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
     st = SimResult(sim).steps
     st = st[(st.kind == PassKind.DECODE) & (st.t >= lo) & (st.t <= hi)]
+    d = sim.decode[0]
+    full = st[st.reqs >= 0.9 * d.dp * d.batch_limit]  # the tier's capacity is its rate when full, not while
+    st = full if len(full) >= 0.1 * len(st) else st  # a prefill-bound burst trickles requests in
     return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
 
 
@@ -154,7 +168,7 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
     cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
     sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
-    rec = KVRecorder(sim.decode[0].cost)
+    rec = KVRecorder(sim.decode[0].cost, sim)
     sim.decode[0].cost = rec
     sim.run()
     res = SimResult(sim)
@@ -166,12 +180,16 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     w = ((dec.t >= lo) & (dec.t <= hi)).to_numpy()
     win = dec[w]
     first = int(np.searchsorted(dec.t.to_numpy(), arr[int(trace_at * (len(arr) - 1))]))
+    pool = np.asarray(rec.pool, dtype=np.float64)[w]
     return {"imbalance": float((win.kv_max - win.kv_min).mean()), "tput": float(win.reqs.sum() / win.dur.sum()),
             "kv_std": float(kv[w].std(axis=1).mean()), "kv_max": float(win.kv_max.mean()),
             "step_ms": 1e3 * float(win.dur.mean()), "batch_mean": float(win.reqs.mean() / kv.shape[1]),
             "window_steps": int(w.sum()), "imbalance_all": s["imbalance_mean"], "tput_all": s["throughput_tok_s"],
             "tpot_p95": s["tpot_p95"], "ttft_mean": s["ttft_mean"], "finished": s["finished"],
-            "rejected": s["rejected"], "kept": kv[first:first + trace_steps]}
+            "rejected": s["rejected"], "pool_mean": float(pool.mean()) if len(pool) else float("nan"),
+            "empty_pool_frac": float((pool == 0).mean()) if len(pool) else float("nan"),
+            "slot_occupancy": float(win.reqs.mean() / (kv.shape[1] * sim.decode[0].batch_limit)),
+            "kept": kv[first:first + trace_steps]}
 
 
 def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
