@@ -166,6 +166,11 @@ class InstanceConfig:
     # prefill: the engine's DP unit for a request sent without one (immediate dispatch): least_loaded (an ideal
     # balancer that sees every unit's tokens) | round_robin (SGLang's default load_balance_method for DP attention)
     dp_dispatch: str = "least_loaded"
+    # mixed-batch interference of this engine's kernels (cost.py), x decode KV-read time; null: the hardware
+    # profile's value, which the EB study measured on ITS serving engine. An engine property, not a hardware law:
+    # two separate attention kernels make a mixed batch cheaper per token than pure decode almost up to r = 1 on
+    # an H100 (data/calibration/SOURCES.md), i.e. interference 0
+    interference: float | None = None
 
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
@@ -179,6 +184,8 @@ class InstanceConfig:
         check(self.prefix_cache_entries >= 0, f"{key}.prefix_cache_entries", "must be >= 0")
         check_positive(self.batch_form_s, f"{key}.batch_form_s", allow_zero=True)
         check_choice(self.dp_dispatch, f"{key}.dp_dispatch", ("least_loaded", "round_robin"))
+        if self.interference is not None:
+            check_positive(self.interference, f"{key}.interference", allow_zero=True)
 
 
 @dataclass

@@ -92,7 +92,8 @@ class RooflineCost(CostModel):
     every expert (sharded by tp) and its expert work follows its own tokens.
 
     Mixed-batch interference: a unit that runs prefill and decode in one batch pays
-    hw.interference x its decode KV-read time on top (the decode attention runs as a
+    interference x its decode KV-read time on top (cluster.*.interference, the engine's; else
+    hw.interference, the EB study's engine on that GPU) (the decode attention runs as a
     separate, poorly overlapped phase beside compute-bound prefill). The term grows
     with the decode share r and with 1 / bandwidth. Calibration (tests/test_cost.py):
     qwen3_8b, dp=1, a mixed batch of T = 2048 tokens, r*T decodes of 1000 KV tokens each
@@ -133,7 +134,8 @@ class RooflineCost(CostModel):
         self._exp_read = n_exp / shard * model.expert_params * model.moe_layers * wb / b if moe else 0.0
         self._exp_rate = k * (shard / tp) / n_exp if moe else 0.0  # P(expert touched) = 1 - exp(-rate tok)
         self._exp_c = expert_flops / tp / f
-        self._interf = vec(hw.interference * kvb / b) if hw.interference > 0 else None
+        itf = hw.interference if inst.interference is None else inst.interference  # engine's choice first
+        self._interf = vec(itf * kvb / b) if itf > 0 else None
         self._overhead = hw.pass_overhead_s
 
         comm = 0.0  # seconds per token of the busiest unit
