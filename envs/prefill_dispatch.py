@@ -98,6 +98,7 @@ class _Core(PrefillScheduler):
         self._skipped = set()
         self.teacher = None
         self.intents: dict[int, tuple[int, int | None]] = {}
+        self._rr: dict[int, int] = {}  # per instance: dispatches the engine placed round robin (teacher)
         self._proxy = None
 
     def decide(self, sim) -> None:  # pragma: no cover - abstract
@@ -246,14 +247,23 @@ class _Core(PrefillScheduler):
                 go_on = self.candidate(sim) is not None
         return go_on
 
+    def _engine_unit(self, sim, inst: int) -> int:
+        """The DP unit the engine would give a request sent to `inst` without one
+        (cluster.prefill.dp_dispatch: the least-loaded unit, or the instance's next in round robin)."""
+        if sim.cfg.cluster.prefill.dp_dispatch == "round_robin":
+            k = self._rr.get(inst, 0)
+            self._rr[inst] = k + 1
+            return k % self.D
+        return int(np.argmin(sim.prefill[inst].load_tokens()))
+
     def teacher_action(self, sim, teacher: PrefillScheduler) -> int:
         """This env's action for what `teacher` (a prefill baseline, run in the shadow) would do now.
 
         The teacher sees every event through a recorder that notes its dispatches instead of
         doing them; a noted dispatch stays pending until the env carries it out. Timing:
         release to the instance of the oldest pending dispatch the mask allows, else hold.
-        Allocation: place the candidate where the teacher sent it (the engine's least-loaded
-        unit if it left the choice to the engine; the roomiest allowed unit of that instance
+        Allocation: place the candidate where the teacher sent it (the unit the engine would pick,
+        `_engine_unit`, if it left the choice to the engine; the roomiest allowed unit of that instance
         if the mask forbids that one), else skip it if other dispatches are pending, else hold.
         """
         if self.teacher is not teacher:
@@ -275,7 +285,7 @@ class _Core(PrefillScheduler):
         if head in self.intents:
             inst, dp = self.intents[head]
             if dp is None:
-                dp = int(np.argmin(sim.prefill[inst].load_tokens()))
+                dp = self._engine_unit(sim, inst)
             a = 1 + inst * self.D + dp
             if mask[a]:
                 return a
