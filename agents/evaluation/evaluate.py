@@ -272,17 +272,6 @@ def segment_overrides(raw: dict, split: dict | None, index: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- trained agents
-ALGOS = {"ppo": ("stable_baselines3", "PPO"), "a2c": ("stable_baselines3", "A2C"),
-         "dqn": ("stable_baselines3", "DQN"), "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
-
-
-def algo_class(name: str):
-    if name not in ALGOS:
-        raise ConfigError(f"agent.algo: unknown {name!r}; allowed: {', '.join(ALGOS)}")
-    mod, cls = ALGOS[name]
-    return getattr(importlib.import_module(mod), cls)
-
-
 def env_module(env_id: str):
     """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
     import gymnasium as gym

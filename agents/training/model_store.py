@@ -19,6 +19,7 @@ checkpoint for the newest whole one.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -47,6 +48,18 @@ class ModelFileError(ConfigError):
 
 
 # --------------------------------------------------------------------------- the network, by name
+# The algorithms a model may name, and where their classes live (the fixed table nothing in a file extends).
+ALGOS = {"ppo": ("stable_baselines3", "PPO"), "a2c": ("stable_baselines3", "A2C"),
+         "dqn": ("stable_baselines3", "DQN"), "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+
+
+def algo_class(name: str):
+    if name not in ALGOS:
+        raise ConfigError(f"agent.algo: unknown {name!r}; allowed: {', '.join(ALGOS)}")
+    mod, cls = ALGOS[name]
+    return getattr(importlib.import_module(mod), cls)
+
+
 @dataclass
 class NetSpec:
     """Everything needed to rebuild a trained policy's network without its training code objects."""
@@ -71,8 +84,6 @@ class NetSpec:
                    [int(d) for d in env.observation_space.shape], int(env.action_space.n))
 
     def policy_class(self) -> type:
-        from pdgym.agents.evaluation.evaluate import algo_class
-
         from .features import pointer_policy
 
         if self.policy == "pointer":

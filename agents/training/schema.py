@@ -20,6 +20,8 @@ from typing import Any
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 
+from . import model_store as M
+
 
 @dataclass
 class EnvSchema:
@@ -146,7 +148,7 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
 
 def check_algo_kwargs(algo: str, kwargs: dict) -> None:
     """Names against the algorithm's constructor, values against their ranges (one line each)."""
-    cls = E.algo_class(algo)
+    cls = M.algo_class(algo)
     allowed = set(inspect.signature(cls.__init__).parameters) - {"self", "policy", "env", "seed", "device",
                                                                   "verbose", "policy_kwargs", "kwargs"}
     for k, v in kwargs.items():

@@ -95,7 +95,7 @@ def build_model(app: TrainSchema, agent: AgentSchema, venv, ckpt: Path | None):
     VecNormalize (or None) and the Saver that writes it (model_store: plain data, no pickle)."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    cls = E.algo_class(agent.algo)
+    cls = M.algo_class(agent.algo)
     vec_norm = None
     if app.normalize.obs or app.normalize.reward:
         venv = vec_norm = VecNormalize(venv, norm_obs=app.normalize.obs, norm_reward=app.normalize.reward,
