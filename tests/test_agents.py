@@ -296,12 +296,25 @@ def test_bad_agent_config_is_one_line(tmp_path):
     assert not list(tmp_path.iterdir()), "a rejected config wrote files"
 
 
-@pytest.mark.parametrize("args", [["agent.kwargs.learning_rate=-1"], ["+agent.kwargs.bogus_arg=1"]])
+@pytest.mark.parametrize("args", [["agent.kwargs.learning_rate=-1"], ["+agent.kwargs.bogus_arg=1"],
+                                  ["agent.kwargs.bogus_arg=1"], ["agent=dqn", "agent.kwargs.gamma=0"]])
 def test_train_cli_bad_agent_kwargs_is_one_line(tmp_path, args):
-    r = cli("pdgym.agents.training.train", *TINY, *args, f"hydra.run.dir={tmp_path}")
+    out = tmp_path / "run"
+    r = cli("pdgym.agents.training.train", *TINY, *args, f"hydra.run.dir={out}")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("pdgym-train: error: agent.kwargs."), r.stderr
-    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "agent.json").exists()
+    assert not out.exists(), "a rejected config created the run folder"
+
+
+def test_train_cli_resume_with_another_config_touches_nothing(tmp_path):
+    args = [*TINY, "agent=a2c", *ALGO_ARGS["a2c"], "total_timesteps=32"]
+    train_from_overrides(args, tmp_path)
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    r = cli("pdgym.agents.training.train", *args, "seed=5", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "differs in seed)" in r.stderr
+    assert not (tmp_path / ".hydra").exists()
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
 
 
 @pytest.mark.parametrize("agent", ["pointer_maskable_ppo", "attention_maskable_ppo"])

@@ -149,8 +149,8 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
 def check_algo_kwargs(algo: str, kwargs: dict) -> None:
     """Names against the algorithm's constructor, values against their ranges (one line each)."""
     cls = M.algo_class(algo)
-    allowed = set(inspect.signature(cls.__init__).parameters) - {"self", "policy", "env", "seed", "device",
-                                                                  "verbose", "policy_kwargs", "kwargs"}
+    allowed = {k for k in inspect.signature(cls.__init__).parameters if not k.startswith("_")} - {
+        "self", "policy", "env", "seed", "device", "verbose", "policy_kwargs", "kwargs", "tensorboard_log"}
     for k, v in kwargs.items():
         if k not in allowed:
             raise ConfigError(f"agent.kwargs.{k}: not an argument of {cls.__name__}; allowed: "
