@@ -62,12 +62,12 @@ def synthetic_passes() -> PassRecorder:
             unit = rng.uniform(0.0, 0.05, 4)
             unit[rng.integers(4)] = 0.0
             dur = 0.002 + unit.max()
-            rec.record(t, dur, "prefill", inst, busy_from_unit_times(dur, unit), tokens=1000, reqs=2)
+            rec.record(t, dur, "prefill", inst, busy_from_unit_times(dur, unit), prefill_tokens=np.sign(unit) * 500)
             t += dur + rng.uniform(0, 0.01)
     t = 0.05
     for _ in range(8):
         unit = rng.uniform(0.005, 0.01, 2)
-        rec.record(t, unit.max(), "decode", 0, busy_from_unit_times(unit.max(), unit), tokens=30, reqs=30)
+        rec.record(t, unit.max(), "decode", 0, busy_from_unit_times(unit.max(), unit), decode_reqs=[10, 20])
         t += unit.max()
     return rec
 
