@@ -98,6 +98,9 @@ class Simulator:
         self.dropped_signals = 0
         self.n_events = 0
         self.steps: list[tuple] = []
+        # Called as f(kind, inst, t, dur, unit_time, prefill_tokens, decode_reqs) when a pass starts
+        # (per-DP-unit vectors, live: copy what you keep); read-only watchers such as the trace recorder.
+        self.pass_observers: list = []
         self._heap: list[tuple] = []
         self._seq = 0
         self._next_arrival = 0  # open loop: index of the next arrival; closed loop: next release
@@ -541,6 +544,8 @@ class Simulator:
         tot = float(tokens.sum())
         self.steps.append((now, dur, PASS_PREFILL, P.idx, tot, len(completing), 0, 0,
                            P.cost.last_idle_frac, tot / (dp * chunk)))
+        for f in self.pass_observers:
+            f(PASS_PREFILL, P.idx, now, dur, P.cost.last_unit_time, tokens, z)
         self._push(now + dur, PF_END, P.idx, P.epoch)
 
     def _prefill_end(self, inst: int, epoch: int) -> None:
@@ -615,6 +620,8 @@ class Simulator:
         kv = d.kv
         self.steps.append((now, dur, PASS_DECODE, inst, nb, nb, int(kv.max()), int(kv.min()),
                            d.cost.last_idle_frac, nb / (d.dp * d.batch_limit)))
+        for f in self.pass_observers:
+            f(PASS_DECODE, inst, now, dur, d.cost.last_unit_time, d.zeros, d.batch)
         self._push(now + dur, DEC_END, inst)
 
     def _relieve_worker(self, d: DecodeInstance, w: int) -> None:
@@ -756,6 +763,8 @@ class Simulator:
         nreq = float(dreq.sum())
         self.steps.append((now, dur, PASS_COLOCATED, inst, tot + nreq, nreq, max(kvs), min(kvs),
                            C.cost.last_idle_frac, tot / budget))
+        for f in self.pass_observers:
+            f(PASS_COLOCATED, inst, now, dur, C.cost.last_unit_time, ptok, dreq)
         self._push(now + dur, CO_END, inst)
 
     def _relieve_unit(self, u) -> None:
