@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import atomic_path
 
 KIND_ORDER = ("prefill", "decode", "colocated")
@@ -67,6 +69,21 @@ class PassRecorder:
         pt = zero if prefill_tokens is None else np.array(prefill_tokens, dtype=float)
         dr = zero if decode_reqs is None else np.array(decode_reqs, dtype=float)
         self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, pt, dr))
+
+    def on_pass(self, kind: int, inst: int, t: float, dur: float, unit_time: np.ndarray,
+                prefill_tokens: np.ndarray, decode_reqs: np.ndarray) -> None:
+        """The simulator's pass hook (Simulator.pass_observers): a pass starts with known duration."""
+        self.record(t, dur, PassKind(kind).name.lower(), inst, busy_from_unit_times(dur, unit_time),
+                    prefill_tokens, decode_reqs)
+
+
+def simulate_traced(config, policies: dict | None = None, seed: int = 0) -> tuple[SimResult, list[PassRecord]]:
+    """`simulate()` with a PassRecorder on the simulator's pass hook: the result and every pass."""
+    sim = Simulator(config, policies, seed)
+    rec = PassRecorder()
+    sim.pass_observers.append(rec.on_pass)
+    sim.run()
+    return SimResult(sim), rec.passes
 
 
 def busy_from_unit_times(dur: float, unit: np.ndarray) -> np.ndarray:
