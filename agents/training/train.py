@@ -29,6 +29,7 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 from . import callbacks as C
+from . import curves
 from . import model_store as M
 from .env_factory import env_factories, env_kwargs, make_vec_env, probe, scenario_raw
 from .schema import AgentSchema, EnvSchema, TrainSchema, identity, identity_diff, register_resolvers, validate
@@ -187,26 +188,13 @@ def train(data: dict, out: Path) -> dict:
                "val_final": {k: final[k]["mean"] for k in E.METRIC_KEYS},
                "wall_time_s": time.perf_counter() - t0}
     write_json(out / "metrics.json", summary)
-    _plot_history(out, env.primary)
+    curves.run_curves(out, env.primary)
     venv.close()
     if wrun is not None:
         wrun.summary.update({f"val_final/{k}": v for k, v in summary["val_final"].items()
                              if v is not None and math.isfinite(v)})
         wrun.finish()
     return summary
-
-
-def _plot_history(out: Path, primary: str) -> None:
-    import pandas as pd
-    from pdgym.agents import plots
-
-    h = out / "eval_history.csv"
-    if not h.is_file():
-        return
-    df = pd.read_csv(h)
-    if len(df):
-        plots.lines(df.timesteps.tolist(), {primary: df[primary].tolist()}, "environment steps",
-                    f"validation {primary}", out / f"eval_{primary}.png")
 
 
 def train_from_overrides(overrides: list[str], out: Path, name: str | None = None) -> dict:
