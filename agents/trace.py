@@ -28,9 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pdgym.envs.sim import SimResult, Simulator
-from pdgym.envs.sim.events import PassKind
-from pdgym.envs.sim.metrics import atomic_path
 
 KIND_ORDER = ("prefill", "decode", "colocated")
 
@@ -38,16 +35,16 @@ KIND_ORDER = ("prefill", "decode", "colocated")
 @dataclass(frozen=True, slots=True)
 class PassRecord:
     """One pass of one instance: start `t` and length `dur` (s), the pass kind's name, the
-    instance index, and per DP unit its busy seconds (<= dur; dur - busy is its barrier
-    wait), prefill tokens and decode requests."""
+    instance index, each DP unit's busy seconds (<= dur; dur - busy is its barrier wait),
+    and optionally the tokens and requests of the pass (instance totals)."""
 
     t: float
     dur: float
     kind: str
     inst: int
     busy: np.ndarray
-    prefill_tokens: np.ndarray
-    decode_reqs: np.ndarray
+    tokens: float = 0.0
+    reqs: float = 0.0
 
     @property
     def idle(self) -> np.ndarray:
@@ -62,28 +59,9 @@ class PassRecorder:
         self.passes: list[PassRecord] = []
 
     def record(self, t: float, dur: float, kind: str, inst: int, busy: Sequence[float],
-               prefill_tokens: Sequence[float] | None = None, decode_reqs: Sequence[float] | None = None) -> None:
-        """Keep one pass (the vectors are copied: the engine's arrays are live)."""
-        busy = np.minimum(np.array(busy, dtype=float), dur)  # float noise must not push busy past the barrier
-        zero = np.zeros(len(busy))
-        pt = zero if prefill_tokens is None else np.array(prefill_tokens, dtype=float)
-        dr = zero if decode_reqs is None else np.array(decode_reqs, dtype=float)
-        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, pt, dr))
-
-    def on_pass(self, kind: int, inst: int, t: float, dur: float, unit_time: np.ndarray,
-                prefill_tokens: np.ndarray, decode_reqs: np.ndarray) -> None:
-        """The simulator's pass hook (Simulator.pass_observers): a pass starts with known duration."""
-        self.record(t, dur, PassKind(kind).name.lower(), inst, busy_from_unit_times(dur, unit_time),
-                    prefill_tokens, decode_reqs)
-
-
-def simulate_traced(config, policies: dict | None = None, seed: int = 0) -> tuple[SimResult, list[PassRecord]]:
-    """`simulate()` with a PassRecorder on the simulator's pass hook: the result and every pass."""
-    sim = Simulator(config, policies, seed)
-    rec = PassRecorder()
-    sim.pass_observers.append(rec.on_pass)
-    sim.run()
-    return SimResult(sim), rec.passes
+               tokens: float = 0.0, reqs: float = 0.0) -> None:
+        busy = np.minimum(np.asarray(busy, dtype=float), dur)  # float noise must not push busy past the barrier
+        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, float(tokens), float(reqs)))
 
 
 def busy_from_unit_times(dur: float, unit: np.ndarray) -> np.ndarray:
@@ -147,15 +125,12 @@ def chrome_trace(passes: Sequence[PassRecord], requests: pd.DataFrame | None = N
         idle = p.idle
         idle_frac = float(idle.mean() / p.dur) if p.dur > 0 and idle.size else 0.0
         ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": 0, "ts": ts, "dur": dur,
-                   "args": {"pass": n, "kind": p.kind, "prefill_tokens": float(p.prefill_tokens.sum()),
-                            "decode_requests": float(p.decode_reqs.sum()),
+                   "args": {"pass": n, "kind": p.kind, "tokens": p.tokens, "requests": p.reqs,
                             "idle_share_of_unit_time": round(idle_frac, 6)}})
-        for u, (b, w, pt, dr) in enumerate(zip(p.busy.tolist(), idle.tolist(), p.prefill_tokens.tolist(),
-                                               p.decode_reqs.tolist())):
+        for u, (b, w) in enumerate(zip(p.busy.tolist(), idle.tolist())):
             if b > 0:
                 ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": u + 1, "ts": ts,
-                           "dur": _span(p.t, p.t + b)[1], "args": {"pass": n, "prefill_tokens": pt,
-                                                                   "decode_requests": dr, "idle_ms": round(w * 1e3, 6)}})
+                           "dur": _span(p.t, p.t + b)[1], "args": {"pass": n, "idle_ms": round(w * 1e3, 6)}})
             if idle_slices and w > 0:
                 its, idur = _span(p.t + b, p.t + p.dur)
                 ev.append({"ph": "X", "name": "barrier idle", "cat": "idle", "pid": pid, "tid": u + 1,
@@ -196,8 +171,9 @@ def request_events(requests: pd.DataFrame, pid: int) -> list[dict]:
 def write_trace(path: str | Path, passes: Sequence[PassRecord], requests: pd.DataFrame | None = None,
                 idle_slices: bool = False, meta: dict | None = None) -> Path:
     """Write the trace JSON atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
     # json.dumps (C encoder) then one write: json.dump to a file runs the pure-Python encoder, ~10x slower
-    text = json.dumps(chrome_trace(passes, requests, idle_slices, meta), separators=(",", ":"))
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-    return Path(path)
+    tmp.write_text(json.dumps(chrome_trace(passes, requests, idle_slices, meta), separators=(",", ":")))
+    tmp.replace(path)
+    return path

@@ -14,16 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.policy import (
-    BatchingPolicy,
-    DecodeRouter,
-    LeastLoadedAdmission,
-    MixedBatching,
-    PrefillScheduler,
-    RoundRobinDispatch,
-)
+from pdgym.envs.sim.points import POINTS
 
-KINDS = {"prefill": PrefillScheduler, "decode": DecodeRouter, "batching": BatchingPolicy}
+KINDS = {name: p.protocol for name, p in POINTS.items()}  # decision point -> protocol a policy subclasses
 _REGISTRY: dict[str, dict[str, type]] = {k: {} for k in KINDS}
 _loaded = False
 
@@ -44,9 +37,8 @@ def register(kind: str, name: str):
 
 
 # The engines' own behaviour (pdgym.envs.sim.policy) is a baseline too.
-register("prefill", "round_robin")(RoundRobinDispatch)
-register("decode", "least_kv")(LeastLoadedAdmission)
-register("batching", "mixed")(MixedBatching)
+for _p in POINTS.values():
+    register(_p.name, _p.default_name)(_p.default)
 
 
 def _load_all() -> None:

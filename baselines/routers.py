@@ -26,7 +26,7 @@ from .registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
     from pdgym.envs.sim import Simulator
-    from pdgym.envs.sim.instances import DecodeInstance
+    from pdgym.envs.sim.decode import DecodeInstance
 
 
 # --------------------------------------------------------------------------- shared state views

@@ -75,7 +75,7 @@ class BufferedRelease(PrefillScheduler):
 
 
 @register("prefill", "fixed_batch")
-class FixedBatching(BufferedRelease):
+class FixedBatchRelease(BufferedRelease):
     """Release the buffer once it holds `b` prompt tokens or its oldest request waited `timeout_s`."""
 
     def __init__(self, b: int = 8192, timeout_s: float = 0.1):
@@ -92,7 +92,7 @@ class FixedBatching(BufferedRelease):
 
 
 @register("prefill", "dynamic_batch")
-class DynamicBatching(BufferedRelease):
+class DynamicBatchRelease(BufferedRelease):
     """Token target chosen by queue depth, with a latency guard on the oldest request."""
 
     def __init__(self, thresholds: list | None = None, ttft_target_s: float = 1.0, window: int = 32):

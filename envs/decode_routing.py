@@ -19,10 +19,13 @@ from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.observers import Observer
+from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
-ENV_ID = "pdgym/DecodeRouting-v0"
+ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 N_GLOBAL, N_WORKER, N_HORIZON = 12, 8, 3
 ORDERS = ("length", "arrival")
@@ -245,10 +248,9 @@ class AgentPolicy(_Router):
 
 
 class _StepMeter:
-    """Wraps a decode instance's cost model to account each executed step (kv is its KV at step start)."""
+    """Accounts each executed step of one decode instance (kv is its KV at step start)."""
 
-    def __init__(self, cost, ref_tput: float):
-        self.cost = cost
+    def __init__(self, ref_tput: float):
         self.ref = ref_tput
         self.reset()
 
@@ -258,19 +260,24 @@ class _StepMeter:
         self.steps = 0
         self.imb = 0.0  # sum over steps of L_max - L_min
 
-    def pass_time(self, p, a, batch, kv):
-        dur = self.cost.pass_time(p, a, batch, kv)
+    def add(self, dur: float, batch: np.ndarray, kv: np.ndarray) -> None:
         mx = float(kv.max())
         if mx > 0:
             self.idle += 1.0 - float(kv.mean()) / mx
         self.imb += mx - float(kv.min())
         self.tput += float(batch.sum()) / dur / self.ref
         self.steps += 1
-        return dur
 
-    @property
-    def last_idle_frac(self):
-        return self.cost.last_idle_frac
+
+class _StepMeters(Observer):
+    """Feeds every decode step to its instance's meter (the reward reads them)."""
+
+    def __init__(self, meters: list[_StepMeter]):
+        self.meters = meters
+
+    def on_pass_start(self, sim, p):
+        if p.kind == PassKind.DECODE:
+            self.meters[p.inst].add(p.dur, p.decode_reqs, p.decode_kv)
 
 
 class DecodeRoutingEnv(PdgymEnv):
@@ -415,10 +422,8 @@ class DecodeRoutingEnv(PdgymEnv):
                 "batching": make_policy("batching", self.batching_spec), "decode": self.core}
 
     def _begin(self):
-        self.meters = []
-        for d in self.sim.decode:
-            d.cost = _StepMeter(d.cost, self._ref_tput)
-            self.meters.append(d.cost)
+        self.meters = [_StepMeter(self._ref_tput) for _ in self.sim.decode]
+        self.sim.observe(_StepMeters(self.meters))
         self._mark = (0.0, 0.0)
         self._teacher = None
         return self._advance()

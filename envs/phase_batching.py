@@ -18,10 +18,11 @@ from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputSta
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import Batch, BatchingPolicy
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
-ENV_ID = "pdgym/PhaseBatching-v0"
+ENV_ID = POINTS["batching"].env_id  # pdgym/PhaseBatching-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2
 PHASES = ("prefill", "decode", "mixed")
@@ -88,7 +89,6 @@ class _AgentBatching(BatchingPolicy):
             self.n_actions = 3
         else:
             self.n_actions = len(grid) * (2 if choose_mode else 1)
-        self._all_allowed = np.ones(self.n_actions, dtype=bool)
 
     # -------------------------------------------------------------- spaces
     def spaces(self) -> tuple[spaces.Box, spaces.Space]:
@@ -163,9 +163,9 @@ class _AgentBatching(BatchingPolicy):
         return m
 
     def mask(self, unit: int) -> np.ndarray:
-        """The unit's allowed actions (read-only: copy before changing it)."""
-        m = self.masks.get(unit) if self.mode == "phase" else None
-        return m if m is not None else self._all_allowed
+        if self.mode == "phase":
+            return self.masks.get(unit, np.ones(3, dtype=bool))
+        return np.ones(self.n_actions, dtype=bool)
 
     def apply(self, sim, inst: int, unit: int, action) -> None:
         """Record the valid action (resolve_action first) for `unit` (phase: this iteration; threshold: this cycle)."""
@@ -264,7 +264,7 @@ class _AgentBatching(BatchingPolicy):
         for i, u in enumerate(C.units):
             last = self.unit_state(inst, i).last
             sl = u.slots
-            rows[i, :8] = (1.0, float(i == unit), u.n_running / sl, len(u.waiting) / sl / 4, u.free_slots / sl,
+            rows[i, :8] = (1.0, float(i == unit), u.n_running / sl, len(u.waiting) / sl / 4, u.free_slots() / sl,
                            1.0 - u.kv_used / u.kv_cap, len(u.prefilling) / sl, u.n_decoding / sl)
             if last >= 0:
                 rows[i, 8 + last] = 1.0

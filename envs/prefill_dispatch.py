@@ -21,10 +21,11 @@ from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, m
 from pdgym.envs.shadow import DispatchRecorder
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
-ENV_ID = "pdgym/PrefillDispatch-v0"
+ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 MODES = ("timing", "allocation")
 N_GLOBAL, N_INST = 12, 6

@@ -139,3 +139,15 @@ def test_no_import_cycles(graph):
 
 def test_simulator_imports_no_env_baseline_agent_or_rl_code(graph):
     assert layer_violations(graph) == []
+
+
+def test_every_decision_point_names_its_registered_env():
+    import gymnasium as gym
+    import pdgym.envs  # noqa: F401  (registers the envs)
+    from pdgym.envs import decode_routing, phase_batching, prefill_dispatch
+    from pdgym.envs.sim.points import POINTS
+
+    assert set(POINTS) == {"prefill", "decode", "batching"}
+    for mod, point in ((prefill_dispatch, "prefill"), (decode_routing, "decode"), (phase_batching, "batching")):
+        assert POINTS[point].env_id == mod.ENV_ID and POINTS[point].env_id in gym.registry
+        assert isinstance(POINTS[point].default(), POINTS[point].protocol)

@@ -12,6 +12,7 @@ from pdgym.baselines import make_policy, registered
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, SimResult, Simulator
 from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.observers import Observer
 
 OURS = ("fcfs", "prefill_first", "fixed", "dynamic", "chunked", "v0", "mb", "eb", "eb_star", "eb_plus")
 LINEAR = {"kind": "linear", "params": {"a_p": 0.002, "b_p": 3e-5, "a_d": 0.008, "b_d": 5e-5}}
@@ -26,22 +27,22 @@ def coloc(slots=32, kv=40000, dp=1, chunk=1024, wl=None, cost=LINEAR):
                                "output": {"dist": "geometric", "mean": 40, "max": 400}}}
 
 
-class Checked(Simulator):
-    """Asserts slot and KV capacities after every colocated iteration, and the batches' shape."""
+class Checked(Observer):
+    """Asserts slot and KV capacities after every colocated iteration (at most `max_running` running)."""
 
-    max_running = None
-    max_piece = None
+    def __init__(self, max_running: int | None = None):
+        self.max_running = max_running
 
-    def _colocated_end(self, inst, _=None):
-        super()._colocated_end(inst)
-        for u in self.colocated[inst].units:
+    def on_pass_end(self, sim, kind, inst):
+        for u in sim.colocated[inst].units:
             assert u.n_running <= u.slots and u.kv_used <= u.kv_cap
             if self.max_running is not None:
                 assert u.n_running <= self.max_running
 
 
-def run(cfg, policy, seed=0, cls=Checked):
-    sim = cls(cfg, {"batching": make_policy("batching", policy)}, seed)
+def run(cfg, policy, seed=0, max_running=None):
+    sim = Simulator(cfg, {"batching": make_policy("batching", policy)}, seed)
+    sim.observe(Checked(max_running))
     assert sim.run()
     return sim
 
@@ -71,10 +72,7 @@ def test_no_deadlock_or_overcommit_on_random_units(name, seed, dp, slots, kv, ra
 
 
 def test_fcfs_runs_one_request_at_a_time():
-    class One(Checked):
-        max_running = 1
-
-    sim = run(coloc(), "fcfs", cls=One)
+    sim = run(coloc(), "fcfs", max_running=1)
     assert_resolved(sim)
     req = sim.req
     order = np.argsort(req.first_token)

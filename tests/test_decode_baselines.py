@@ -17,6 +17,7 @@ from pdgym.envs.sim import ConfigError, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import WorkloadConfig
 from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.observers import Observer
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.002, "b_p": 1e-6, "a_d": 0.004, "b_d": 2e-5, "b_kv": 1e-7}}
 ROUTERS = ["random", "round_robin", "power_of_two", "jsq", "least_kv", "iqr", "br0",
@@ -80,19 +81,18 @@ def test_horizon_router_with_h1_makes_br0s_decisions():
 
 
 # --------------------------------------------------------------------------- invariants
-class CheckedSimulator(Simulator):
-    """Checks every worker's slots and KV after each step boundary's admissions and each step."""
+class CapacityCheck(Observer):
+    """Checks every worker's slots and KV after each step boundary's admissions (step start) and each step."""
 
-    def _decode_start(self, inst, _=None):
-        super()._decode_start(inst)
-        self._check()
+    def on_pass_start(self, sim, p):
+        self.check(sim)
 
-    def _decode_end(self, inst, _=None):
-        super()._decode_end(inst)
-        self._check()
+    def on_pass_end(self, sim, kind, inst):
+        self.check(sim)
 
-    def _check(self):
-        for d in self.decode:
+    @staticmethod
+    def check(sim):
+        for d in sim.decode:
             assert (d.batch <= d.batch_limit).all(), "a worker exceeds its batch limit"
             assert (d.kv <= d.kv_cap).all(), "a worker exceeds its KV capacity"
             assert (d.batch == [len(a) for a in d.active]).all()
@@ -105,7 +105,8 @@ class CheckedSimulator(Simulator):
 def test_routers_respect_capacities_and_resolve_every_request(seed, router, n, limit, kv, rate, kv_policy):
     cfg = tier(n=n, limit=limit, kv=kv, rate=rate, num=120)
     cfg["cluster"]["kv_policy"] = kv_policy
-    sim = CheckedSimulator(cfg, {"decode": make_policy("decode", ROUTERS[router])}, seed)
+    sim = Simulator(cfg, {"decode": make_policy("decode", ROUTERS[router])}, seed)
+    sim.observe(CapacityCheck())
     assert sim.run()
     assert not sim.stalled, "a pool request was never admitted"
     st_ = sim.req.state

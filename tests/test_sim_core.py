@@ -9,6 +9,9 @@ from hypothesis import strategies as st
 from pdgym.envs.sim import ConfigError, SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.observers import Observer
+from pdgym.envs.sim.policy import RoundRobinDispatch
+from pdgym.envs.sim.view import OracleError, RunView
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.01, "b_p": 2e-5, "a_d": 0.008, "b_d": 5e-5}}
 
@@ -42,31 +45,35 @@ def coloc(**over):
     return cfg
 
 
-class CheckedSimulator(Simulator):
-    """Asserts capacities after every pass end (the places where state grows)."""
+class CapacityCheck(Observer):
+    """Asserts capacities after every pass end (the places where state grows) and at prefill pass starts."""
 
-    def _decode_end(self, inst, _=None):
-        super()._decode_end(inst)
-        for d in self.decode:
+    def __init__(self):
+        self.checked = 0
+
+    def on_pass_end(self, sim, kind, inst):
+        self.checked += 1
+        for d in sim.decode:
             assert (d.batch <= d.batch_limit).all(), "decode batch limit exceeded"
             assert (d.kv <= d.kv_cap).all(), "decode KV capacity exceeded"
             assert (d.batch == [len(a) for a in d.active]).all()
-
-    def _colocated_end(self, inst, _=None):
-        super()._colocated_end(inst)
-        for C in self.colocated:
+        for C in sim.colocated:
             for u in C.units:
                 assert u.n_running <= u.slots, "colocated slots exceeded"
                 assert u.kv_used <= u.kv_cap, "colocated KV exceeded"
 
-    def _prefill_start(self, P):
-        super()._prefill_start(P)
-        assert (P.running_tokens <= P.chunk_tokens).all(), "prefill chunk capacity exceeded"
+    def on_pass_start(self, sim, p):
+        if p.kind == PassKind.PREFILL:
+            P = sim.prefill[p.inst]
+            assert (P.running_tokens <= P.chunk_tokens).all(), "prefill chunk capacity exceeded"
 
 
 def run_checked(cfg, seed=0) -> tuple[Simulator, SimResult]:
-    sim = CheckedSimulator(cfg, None, seed)
+    sim = Simulator(cfg, None, seed)
+    check = CapacityCheck()
+    sim.observe(check)
     assert sim.run()
+    assert check.checked > 0
     return sim, SimResult(sim)
 
 
@@ -259,3 +266,70 @@ def test_prefill_work_is_conserved_and_prefix_hits_cut_it():
     assert req.cached.sum() > 0.2 * (req.prompt * 0.6).sum(), "repeated prefixes should mostly hit"
     computed = res.steps.loc[res.steps.kind == PassKind.PREFILL, "tokens"].sum()
     assert computed == req.prompt.sum() - req.cached.sum()
+
+
+# --------------------------------------------------------------------------- what policies and observers see
+class _Probe(RoundRobinDispatch):
+    """Checks the view it is handed on the first arrival, then dispatches like the engine default."""
+
+    def __init__(self):
+        self.checked = False
+
+    def on_arrival(self, sim, rid):
+        if not self.checked:
+            self.checked = True
+            assert isinstance(sim, RunView) and not isinstance(sim, Simulator)
+            assert not hasattr(sim, "run") and not hasattr(sim, "_heap")
+            with pytest.raises(ValueError, match="read-only"):
+                sim.req.prompt[rid] = 1
+            with pytest.raises(TypeError):
+                sim.buffer[rid + 1] = None
+            assert rid in sim.buffer and sim.req.load(rid) == int(sim.req.prompt[rid])
+            if sim.cfg.oracle:
+                self.output = int(sim.req.output[rid])
+            else:
+                with pytest.raises(OracleError, match="oracle"):
+                    _ = sim.req.output
+        super().on_arrival(sim, rid)
+
+
+@pytest.mark.parametrize("oracle", [False, True])
+def test_policies_get_a_read_only_view_and_output_lengths_only_under_oracle(oracle):
+    probe = _Probe()
+    sim = Simulator({**disagg(), "oracle": oracle, "workload": {**disagg()["workload"], "num_requests": 20}},
+                    {"prefill": probe}, 0)
+    assert sim.run() and probe.checked
+    if oracle:
+        assert probe.output == int(sim.req.output[0])
+
+
+class _Passes(Observer):
+    def __init__(self):
+        self.idle, self.ends, self.finished = [], 0, 0
+
+    def on_pass_start(self, sim, p):
+        u = p.unit_time
+        self.idle.append((p.kind, p.inst, p.t, 1.0 - u.mean() / u.max() if u.max() > 0 else 0.0))
+
+    def on_pass_end(self, sim, kind, inst):
+        self.ends += 1
+
+    def on_finish(self, sim, rid):
+        self.finished += 1
+
+
+@pytest.mark.parametrize("cfg", [disagg(), coloc()], ids=["disaggregated", "colocated"])
+def test_observers_see_every_pass_with_its_unit_times_and_change_nothing(cfg):
+    plain = simulate(cfg, None, 3)
+    sim = Simulator(cfg, None, 3)
+    obs = _Passes()
+    sim.observe(obs)
+    assert sim.run()
+    res = SimResult(sim)
+    assert res.requests.equals(plain.requests) and res.steps.equals(plain.steps)
+    steps = res.steps
+    assert len(obs.idle) == len(steps) and obs.ends == len(steps)  # every pass started and ended
+    got = np.array([x[3] for x in obs.idle])
+    assert np.allclose(got, steps.idle_frac.to_numpy())  # the barrier idle the step table records
+    assert [int(x[0]) for x in obs.idle] == steps.kind.tolist()
+    assert obs.finished == res.summary()["finished"]

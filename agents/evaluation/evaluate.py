@@ -30,9 +30,12 @@ import pandas as pd
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, write_json
+from pdgym.envs.sim.observers import Observer
+from pdgym.envs.sim.points import POINTS as DECISION_POINTS
 
-POINTS = ("prefill", "decode", "batching")
+POINTS = tuple(DECISION_POINTS)  # prefill, decode, batching (envs/sim/points.py)
 EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment", "batch_mean", "pool_mean", "pool_empty_frac")
 LOADED_FROM = 0.5  # regime window: from the arrival of this quantile request to the last arrival
 METRIC_KEYS = tuple(k for k in SUMMARY_KEYS if k != "wall_time_s") + EXTRA_KEYS + ("wall_time_s",)
@@ -155,19 +158,16 @@ def describe(metric: str, label: str, ref: str, p: dict) -> str:
 
 
 # --------------------------------------------------------------------------- bounded runs
-class PoolMeter:
-    """Wraps a decode instance's cost model to record the decode pool size at each of its steps (the
-    regime check of a decode board: pool occupancy, fraction of steps with an empty pool). Read-only."""
+class PoolMeter(Observer):
+    """Records the decode pool size at each decode step (the regime check of a decode board: pool
+    occupancy, fraction of steps with an empty pool)."""
 
-    def __init__(self, sim, cost, sink: list):
-        self.sim, self.cost, self.sink = sim, cost, sink
+    def __init__(self, sink: list):
+        self.sink = sink
 
-    def pass_time(self, p, a, batch, kv):
-        self.sink.append((self.sim.now, len(self.sim.pool)))
-        return self.cost.pass_time(p, a, batch, kv)
-
-    def __getattr__(self, name):
-        return getattr(self.cost, name)
+    def on_pass_start(self, sim, p):
+        if p.kind == PassKind.DECODE:
+            self.sink.append((sim.now, len(sim.pool)))
 
 
 def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float = 0.5) -> str:
@@ -272,6 +272,17 @@ def segment_overrides(raw: dict, split: dict | None, index: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- trained agents
+ALGOS = {"ppo": ("stable_baselines3", "PPO"), "a2c": ("stable_baselines3", "A2C"),
+         "dqn": ("stable_baselines3", "DQN"), "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+
+
+def algo_class(name: str):
+    if name not in ALGOS:
+        raise ConfigError(f"agent.algo: unknown {name!r}; allowed: {', '.join(ALGOS)}")
+    mod, cls = ALGOS[name]
+    return getattr(importlib.import_module(mod), cls)
+
+
 def env_module(env_id: str):
     """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
     import gymnasium as gym
@@ -290,12 +301,41 @@ def model_file(path: Path) -> Path:
     for name in ("best_model.zip", "final_model.zip"):
         if (path / name).is_file():
             return path / name
-    from pdgym.agents.training.model_store import latest_complete
-
-    ckpt = latest_complete(path / "checkpoints")
-    if ckpt is not None:
-        return ckpt
+    ckpts = sorted((path / "checkpoints").glob("*.zip"), key=lambda p: p.stat().st_mtime)
+    if ckpts:
+        return ckpts[-1]
     raise FileNotFoundError(f"{path}: no best_model.zip, final_model.zip or checkpoints/*.zip")
+
+
+def masked_predictor(model, obs_norm=None):
+    """predict(obs, mask) -> action: the model's greedy action among the allowed ones.
+
+    MaskablePPO masks its logits itself; for PPO / A2C the categorical logits and for DQN the Q-values
+    are masked here, so an agent trained without masks never picks an infeasible action at evaluation.
+    """
+    import torch
+
+    algo = type(model).__name__
+
+    def predict(obs: np.ndarray, mask: np.ndarray) -> int:
+        obs = np.asarray(obs, dtype=np.float32)
+        if obs_norm is not None:
+            obs = obs_norm.normalize_obs(obs).astype(np.float32)
+        mask = np.asarray(mask, dtype=bool)
+        if algo == "MaskablePPO":
+            a, _ = model.predict(obs, action_masks=mask, deterministic=True)
+            return int(a)
+        with torch.no_grad():
+            t, _ = model.policy.obs_to_tensor(obs)
+            if algo == "DQN":
+                score = model.q_net(t)[0].cpu().numpy()
+            else:
+                score = model.policy.get_distribution(t).distribution.logits[0].cpu().numpy()
+        if not mask.any():
+            return int(np.argmax(score))
+        return int(np.argmax(np.where(mask, score, -np.inf)))
+
+    return predict
 
 
 @dataclass
@@ -316,9 +356,9 @@ class LoadedAgent:
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
-    """Load a model written by pdgym-train (its run directory, or a .zip inside it) through the model
-    store: the network is rebuilt from its saved spec and only weights and arrays are read (no pickle)."""
-    from pdgym.agents.training.model_store import load_predictor
+    """Load a model written by pdgym-train (its run directory, or a .zip inside it) with its
+    VecNormalize statistics (`<model>_vecnormalize.pkl`) when it was trained on normalised observations."""
+    import pickle
 
     p = Path(path)
     if not p.exists():
@@ -328,7 +368,13 @@ def load_agent(path: str | Path) -> LoadedAgent:
     if root is None:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
     meta = json.loads((root / AGENT_META).read_text())
-    return LoadedAgent(zip_path, meta, load_predictor(zip_path))
+    model = algo_class(meta["algo"]).load(zip_path, device="cpu")
+    norm_path = zip_path.with_name(zip_path.stem + "_vecnormalize.pkl")
+    obs_norm = None
+    if norm_path.is_file():
+        with open(norm_path, "rb") as fh:
+            obs_norm = pickle.load(fh)
+    return LoadedAgent(zip_path, meta, masked_predictor(model, obs_norm))
 
 
 # --------------------------------------------------------------------------- candidates
@@ -424,8 +470,7 @@ def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index:
     pols[cand.point] = cand.build()
     sim = Simulator(sim_config_from(raw), pols, seed=seed)
     pool: list[int] = []
-    for d in sim.decode:
-        d.cost = PoolMeter(sim, d.cost, pool)
+    sim.observe(PoolMeter(pool))
     stopped = run_bounded(sim, budget_s, on_progress)
     res = SimResult(sim)
     return RunOutcome(res, run_metrics(res, np.asarray(pool, dtype=float).reshape(-1, 2) if sim.decode else None),

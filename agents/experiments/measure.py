@@ -23,6 +23,7 @@ from pdgym.baselines import make_policy
 from pdgym.envs.sim import SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.observers import Observer
 from tqdm import tqdm
 
 # --------------------------------------------------------------------------- prefill: rates and loads
@@ -104,25 +105,19 @@ def col(table: pd.DataFrame, policy: str, name: str) -> list[float]:
 
 
 # --------------------------------------------------------------------------- decode: tiers and routers
-class KVRecorder:
-    """Wraps a decode instance's cost model to keep, for every executed step, the worker-KV vector and the
-    pool left after the router's admissions (the regime: a saturated tier always has a pool to choose from)."""
+class KVRecorder(Observer):
+    """Keeps, for every step of decode instance `inst`, the worker-KV vector at the step's start and the pool
+    left after the router's admissions (the regime: a saturated tier always has a pool to choose from)."""
 
-    def __init__(self, cost, sim=None):
-        self.cost = cost
-        self.sim = sim
+    def __init__(self, inst: int = 0):
+        self.inst = inst
         self.kv: list[np.ndarray] = []
         self.pool: list[int] = []
 
-    def pass_time(self, p, a, batch, kv):
-        self.kv.append(kv.copy())
-        if self.sim is not None:
-            self.pool.append(len(self.sim.pool))
-        return self.cost.pass_time(p, a, batch, kv)
-
-    @property
-    def last_idle_frac(self):
-        return self.cost.last_idle_frac
+    def on_pass_start(self, sim, p):
+        if p.kind == PassKind.DECODE and p.inst == self.inst:
+            self.kv.append(p.decode_kv.copy())
+            self.pool.append(len(sim.pool))
 
 
 def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
@@ -168,8 +163,8 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
     cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
     sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
-    rec = KVRecorder(sim.decode[0].cost, sim)
-    sim.decode[0].cost = rec
+    rec = KVRecorder(0)
+    sim.observe(rec)
     sim.run()
     res = SimResult(sim)
     s = res.summary()

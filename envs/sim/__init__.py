@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from .cluster import Simulator
 from .config import ConfigError, SimConfig, sim_config
+from .engine import Simulator
 from .events import EventKind, PassKind
 from .metrics import SUMMARY_KEYS, SimResult
 from .policy import Batch, BatchingPolicy, DecodeRouter, PrefillScheduler

@@ -49,7 +49,7 @@ class CostModel(abc.ABC):
     """Time of one forward pass of an instance with `dp` barrier-synchronised DP units."""
 
     last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
-    last_unit_time: np.ndarray | None = None  # each unit's compute time before the barrier max, last call
+    last_unit: np.ndarray | None = None  # per-unit compute seconds of the last call (before the barrier max)
 
     def __init__(self, dp: int):
         self.dp = dp
@@ -66,7 +66,7 @@ class CostModel(abc.ABC):
         """
 
     def _barrier(self, unit: np.ndarray) -> float:
-        self.last_unit_time = unit
+        self.last_unit = unit
         mx = float(unit.max())
         self.last_idle_frac = 1.0 - float(unit.dot(self._ones)) / (mx * self.dp) if mx > 0 else 0.0
         return mx

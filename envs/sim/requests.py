@@ -1,10 +1,14 @@
 """Struct-of-arrays request table: one row per request, every timestamp a metric needs.
 
 Arrays rather than objects keep per-request state cheap to update in the event loop
-and make the final per-request DataFrame a zero-copy view.
+and make the final per-request DataFrame a zero-copy view. The life-cycle transitions
+(buffer, dispatch, token, admit to decode, preempt, requeue, finish, reject) are methods
+here, so every instance type moves a request the same way.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -66,3 +70,62 @@ class RequestTable:
     def load(self, rid: int) -> int:
         """KV tokens request `rid` holds while decoding: prompt plus tokens produced so far."""
         return int(self.prompt[rid] + self.done[rid])
+
+    # ------------------------------------------------------------------ transitions
+    def enter_buffer(self, rid: int, now: float) -> None:
+        """New, bounced or preempted: held by the prefill scheduler from `now`."""
+        self.state[rid] = BUFFERED
+        self.buf_t[rid] = now
+
+    def leave_buffer(self, rid: int, now: float, inst: int) -> None:
+        """Dispatched to instance `inst` (on the wire until it arrives)."""
+        if math.isnan(self.dispatch[rid]):
+            self.dispatch[rid] = now
+        self.sched_wait[rid] += now - self.buf_t[rid]
+        self.prefill_inst[rid] = inst
+        self.state[rid] = DISPATCHED
+
+    def start_prefill(self, rid: int, now: float) -> None:
+        """Its first prefill pass starts (later passes and recomputes keep the first start)."""
+        if math.isnan(self.prefill_start[rid]):
+            self.prefill_start[rid] = now
+            self.device_wait[rid] += now - self.dev_arrive[rid]
+
+    def produce_token(self, rid: int, now: float) -> None:
+        """A prefill pass produced its next output token (the first, or the one after a recompute)."""
+        if math.isnan(self.first_token[rid]):
+            self.first_token[rid] = now
+        else:
+            self.itl_max[rid] = max(self.itl_max[rid], now - self.last_tok[rid])
+        self.last_tok[rid] = now
+        self.done[rid] += 1
+
+    def admit_decode(self, rid: int, now: float, step: int) -> int:
+        """Starts decoding after step `step` of its engine; returns the step that gives its last token."""
+        self.state[rid] = DECODE
+        self.decode_admit[rid] = now
+        self.admit_step[rid] = step
+        self.done_at_admit[rid] = self.done[rid]
+        fs = step + int(self.output[rid] - self.done[rid])
+        self.finish_step[rid] = fs
+        return fs
+
+    def preempt(self, rid: int, step: int) -> None:
+        """Stopped at step `step` of its engine: it keeps the tokens decoded so far; its finish is void."""
+        self.done[rid] = self.done_at_admit[rid] + (step - self.admit_step[rid])
+        self.finish_step[rid] = -1  # invalidates its finish bucket entry
+        self.preemptions[rid] += 1
+
+    def requeue(self, rid: int) -> None:
+        """Its KV is gone: the prefill must recompute prompt + produced tokens (no cache credit)."""
+        self.work[rid] = self.prompt[rid] + self.done[rid]
+        self.cached[rid] = 0
+
+    def complete(self, rid: int, now: float) -> None:
+        self.state[rid] = FINISHED
+        self.finish[rid] = now
+
+    def reject(self, rid: int, code: int, now: float) -> None:
+        self.state[rid] = REJECTED
+        self.reason[rid] = code
+        self.finish[rid] = now

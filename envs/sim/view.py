@@ -1,21 +1,68 @@
-"""What a policy may see of a run and do to it: the `SimView` protocol.
+"""What a policy may see of a run and do to it.
 
-Policies are written against this protocol, not against the engine, so the engine can
-be restructured without touching them and a stand-in (a shadow simulator that records
-a teacher's decisions instead of acting) can be handed to a policy in its place. The
-protocol is read-only state plus the action methods; an implementation must not let a
-policy assign state, and must hide `req.output` unless `cfg.oracle`.
+`SimView` is the protocol policies are written against: read-only state plus the action
+methods. The engine hands every policy (and observer) a `RunView` of itself, never the
+engine: request arrays are read-only NumPy views, the buffer and pool read-only mappings,
+and the true output length (`req.output`) raises `OracleError` unless `cfg.oracle`.
+
+A stand-in for the engine (a shadow simulator that records a teacher's decisions instead
+of acting: envs/shadow.py) implements `SimView` too: the state attributes it reads from
+the real view, the five action methods its own way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
+import numpy as np
 
+if TYPE_CHECKING:  # pragma: no cover
     from .config import SimConfig
     from .requests import RequestTable
+
+# Request-table arrays a policy may read (output: only under cfg.oracle).
+VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill_start", "first_token",
+           "decode_admit", "finish", "last_tok", "buf_t", "dev_arrive", "itl_max", "state", "reason", "done", "work",
+           "cached", "prefill_inst", "prefill_dp", "decode_inst", "worker", "admit_step", "done_at_admit",
+           "finish_step", "preemptions", "sched_wait", "device_wait")
+
+
+# Engine attributes a view hands out as they are: immutable values, bound query and action methods.
+SHARED = ("disaggregated", "rng", "healthy_prefill", "prefix_hit", "fill_prefill", "dispatch", "reject", "set_timer",
+          "admit", "pause")
+
+
+class OracleError(RuntimeError):
+    """A policy read the true output lengths of a run without `oracle: true`."""
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class RequestView:
+    """The request table as a policy sees it: read-only arrays that follow the run."""
+
+    def __init__(self, table: RequestTable, oracle: bool):
+        self.n = table.n
+        for name in VISIBLE:
+            setattr(self, name, _read_only(getattr(table, name)))
+        self._output = _read_only(table.output) if oracle else None
+
+    @property
+    def output(self) -> np.ndarray:
+        if self._output is None:
+            raise OracleError("req.output: true output lengths are hidden from policies; set oracle: true to "
+                              "expose them (finished requests' lengths are req.done[sim.completed])")
+        return self._output
+
+    def load(self, rid: int) -> int:
+        """KV tokens request `rid` holds while decoding: prompt plus tokens produced so far."""
+        return int(self.prompt[rid] + self.done[rid])
 
 
 class SimView(Protocol):
@@ -23,14 +70,15 @@ class SimView(Protocol):
 
     cfg: SimConfig
     now: float
-    req: RequestTable
-    buffer: dict[int, None]  # requests held by the prefill scheduler, arrival order
-    pool: dict[int, None]  # prefill-done requests awaiting decode admission
+    req: RequestView
+    buffer: Mapping[int, None]  # requests held by the prefill scheduler, arrival order
+    pool: Mapping[int, None]  # prefill-done requests awaiting decode admission
     completed: list[int]  # finished request ids in completion order
-    prefill: list[Any]  # PrefillInstance
-    decode: list[Any]  # DecodeInstance
-    colocated: list[Any]  # ColocatedInstance
+    prefill: tuple  # PrefillInstance (prefill.py)
+    decode: tuple  # DecodeInstance (decode.py)
+    colocated: tuple  # ColocatedInstance (colocated.py)
     prefill_healthy: np.ndarray  # what health checks report, per prefill (or colocated) instance
+    disaggregated: bool
     rng: np.random.Generator  # the policies' random generator
     tokens_out: int
 
@@ -51,3 +99,45 @@ class SimView(Protocol):
     def admit(self, rid: int, inst: int, worker: int) -> bool: ...
 
     def pause(self) -> None: ...
+
+
+class RunView:
+    """The `SimView` of a running engine (built once per run; every attribute follows the run)."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+        self._proxies: dict[str, tuple] = {}
+        self.cfg = engine.cfg
+        self.req = RequestView(engine.req, engine.cfg.oracle)
+        self.completed = engine.completed
+        self.prefill = tuple(engine.prefill)
+        self.decode = tuple(engine.decode)
+        self.colocated = tuple(engine.colocated)
+        self.prefill_healthy = _read_only(engine.prefill_healthy)
+        for name in SHARED:  # immutable values and the engine's bound query / action methods
+            setattr(self, name, getattr(engine, name))
+
+    @property
+    def now(self) -> float:
+        return self._engine.now
+
+    @property
+    def buffer(self) -> Mapping[int, None]:
+        return self._proxy("buffer")
+
+    @property
+    def pool(self) -> Mapping[int, None]:
+        return self._proxy("pool")
+
+    def _proxy(self, name: str) -> Mapping[int, None]:
+        """One read-only proxy per engine dict (policies may key caches on the pool object's identity)."""
+        src = getattr(self._engine, name)
+        cached = self._proxies.get(name)
+        if cached is None or cached[0] is not src:
+            cached = self._proxies[name] = (src, MappingProxyType(src))
+        return cached[1]
+
+    @property
+    def tokens_out(self) -> int:
+        return self._engine.tokens_out
+

@@ -1,0 +1,267 @@
+"""Colocated instances: an engine running both phases on `dp` units behind one barrier (DP 1 by default).
+
+Each unit has slots, a KV budget and a token budget per iteration (`chunk_tokens`). The
+batching policy returns a `Batch` per unit: prompt pieces and whether the running decodes
+step. A request is admitted (takes a slot, reserves its context + 1 KV) when its first
+piece is scheduled; when its prompt is done it decodes on the same unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import requests as R
+from .events import EventKind, PassKind
+from .policy import Batch
+from .stepping import Stepper
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .host import Host
+
+COLOCATED_END, COLOCATED_START = int(EventKind.COLOCATED_END), int(EventKind.COLOCATED_START)
+COLOCATED_PASS = int(PassKind.COLOCATED)
+
+
+class ColocatedUnit(Stepper):
+    """One DP unit of a colocated instance: slots, a KV budget and both phases."""
+
+    def __init__(self, slots: int, kv_cap: int, chunk_tokens: int):
+        super().__init__()
+        self.slots = slots
+        self.kv_cap = kv_cap
+        self.chunk_tokens = chunk_tokens  # token budget of one iteration
+        self.waiting: deque[int] = deque()  # arrived, not yet admitted (FIFO)
+        self.prefilling: list[int] = []  # admitted, prompt not finished (admission order)
+        self.decoding: set[int] = set()
+        self.n_decoding = 0
+        self.kv_used = 0  # reserved KV: context + 1 of prefilling requests, load of decoding ones
+        self.decode_kv = 0  # KV read by one decode iteration (sum of decoding loads)
+
+    @property
+    def n_running(self) -> int:
+        """Admitted requests (prefilling or decoding)."""
+        return len(self.prefilling) + self.n_decoding
+
+    def free_slots(self) -> int:
+        """Slots not held by a running request."""
+        return self.slots - self.n_running
+
+    def fill(self, req: R.RequestTable, budget: int, admit_new: bool, per_request: int | None) -> list[tuple[int, int]]:
+        """Prompt pieces: running prefills first, then waiting requests (FIFO) while slots and KV allow."""
+        pieces: list[tuple[int, int]] = []
+        cap = per_request or budget
+        for rid in self.prefilling:
+            if budget <= 0:
+                return pieces
+            take = min(int(req.work[rid]), budget, cap)
+            pieces.append((rid, take))
+            budget -= take
+        if not admit_new:
+            return pieces
+        slots = self.free_slots()
+        kv_free = self.kv_cap - self.kv_used - self.n_decoding  # this iteration's decode tokens come first
+        for rid in self.waiting:
+            if budget <= 0 or slots <= 0:
+                break
+            need = req.load(rid) + 1
+            if need > kv_free:
+                break  # FIFO: no overtaking
+            take = min(int(req.work[rid]), budget, cap)
+            pieces.append((rid, take))
+            budget -= take
+            slots -= 1
+            kv_free -= need
+        return pieces
+
+    def admit(self, sim: Host, rid: int, decode: bool) -> None:
+        """A waiting request's first piece is scheduled: it takes a slot and reserves context + 1 KV."""
+        req = sim.req
+        need = req.load(rid) + 1
+        if self.free_slots() <= 0 or self.kv_used + need + (self.n_decoding if decode else 0) > self.kv_cap:
+            raise RuntimeError(f"batching policy {sim.batcher.name}: request {rid} does not fit "
+                               f"(slots {self.free_slots()}, KV {self.kv_cap - self.kv_used} free, need {need})")
+        self.waiting.remove(rid)
+        self.prefilling.append(rid)
+        self.kv_used += need  # its context plus the token its prefill will produce
+        req.state[rid] = R.PREFILL
+        if math.isnan(req.prefill_start[rid]):
+            req.prefill_start[rid] = sim.now
+        req.device_wait[rid] += sim.now - req.dev_arrive[rid]  # every wait counts (also after a preemption)
+
+    def relieve(self, sim: Host) -> None:
+        """A decode iteration would overflow the unit's KV: preempt the youngest decodes (recompute)."""
+        req = sim.req
+        while self.n_decoding and self.kv_used + self.n_decoding > self.kv_cap:
+            rid = self.preempt_youngest(req, self.decoding)
+            self._stop_decoding(req, rid)
+            if self.n_running == 0 or sim.cfg.cluster.kv_policy == "reject":
+                sim.reject_request(rid, R.reason_code("kv_exhausted"))
+            else:
+                req.requeue(rid)
+                req.state[rid] = R.WAITING
+                req.dev_arrive[rid] = sim.now
+                self.waiting.appendleft(rid)
+
+    def _stop_decoding(self, req: R.RequestTable, rid: int) -> None:
+        load = req.load(rid)
+        self.decoding.discard(rid)
+        self.n_decoding -= 1
+        self.kv_used -= load
+        self.decode_kv -= load
+
+    def end_iteration(self, sim: Host, pieces: list[int], dec: bool) -> None:
+        """The unit's part of an iteration ended: decodes gained a token, finished prompts start decoding."""
+        req = sim.req
+        if dec:
+            n = self.n_decoding
+            s = self.tick(sim.now)
+            self.kv_used += n
+            self.decode_kv += n
+            sim.tokens_out += n
+            for rid in self.due(req, s):
+                if rid not in self.decoding:
+                    continue
+                self.complete(req, rid)
+                self._stop_decoding(req, rid)
+                sim.finish_request(rid)
+        for rid in pieces:
+            if req.work[rid] > 0:
+                continue
+            self.prefilling.remove(rid)
+            sim.token(rid)
+            if req.done[rid] >= req.output[rid]:
+                self.kv_used -= req.load(rid)
+                sim.finish_request(rid)
+                continue
+            self.start_decoding(req, rid, sim.now)
+            self.decoding.add(rid)
+            self.n_decoding += 1
+            self.decode_kv += req.load(rid)
+
+
+class ColocatedInstance:
+    """One colocated instance; its methods are the engine's transitions for it."""
+
+    def __init__(self, sim: Host, idx: int, dp: int, slots: int, kv_cap: int, chunk_tokens: int, cost):
+        self.sim = sim
+        self.idx = idx
+        self.dp = dp
+        self.cost = cost
+        self.units = [ColocatedUnit(slots, kv_cap, chunk_tokens) for _ in range(dp)]
+        self.busy = False
+        self.start_queued = False  # a COLOCATED_START event is on the heap
+        self.iter_start = 0.0
+        self.iter_end = 0.0
+        self.n_iters = 0
+        self.plan: list = []  # per unit: (pieces, decode flag) of the iteration in progress
+
+    def accept(self, rid: int, dp: int | None) -> int:
+        """A dispatch leaves the scheduler; the engine picks the unit with the fewest requests unless given."""
+        if dp is None:
+            units = self.units
+            dp = min(range(len(units)), key=lambda u: units[u].n_running + len(units[u].waiting))
+        return dp
+
+    def arrive(self, rid: int) -> None:
+        """The dispatched request reaches its unit's waiting queue."""
+        sim = self.sim
+        req = sim.req
+        req.state[rid] = R.WAITING
+        req.dev_arrive[rid] = sim.now
+        self.units[int(req.prefill_dp[rid])].waiting.append(rid)
+        self.wake()
+
+    def wake(self) -> None:
+        """Queue an iteration start now unless one runs or is queued."""
+        if not self.busy and not self.start_queued:
+            self.start_queued = True
+            self.sim.push(self.sim.now, COLOCATED_START, self)
+
+    def start_iteration(self, _: object = None) -> None:
+        """COLOCATED_START: the batching policy picks each unit's batch; the iteration runs them in one pass."""
+        self.start_queued = False
+        if self.busy:
+            return
+        sim = self.sim
+        batches = []
+        for ui in range(self.dp):
+            b = sim.batcher.next_batch(sim.view, self.idx, ui)
+            if sim.paused:  # an agent picks the batch; replay this start afterwards
+                self.wake()
+                return
+            batches.append(b if b is not None else Batch())
+        if all(b.empty() for b in batches):
+            return
+        dp = self.dp
+        ptok = np.zeros(dp)
+        attn = np.zeros(dp)
+        dreq = np.zeros(dp)
+        dkv = np.zeros(dp)
+        plan = []
+        req = sim.req
+        budget = 0
+        relieved = False
+        for ui, (u, b) in enumerate(zip(self.units, batches)):
+            budget += u.chunk_tokens
+            if b.decode and u.n_decoding and u.kv_used + u.n_decoding > u.kv_cap:
+                u.relieve(sim)
+                relieved = True
+            pieces = []
+            tok = 0
+            at = 0.0
+            for rid, take in b.prefill:
+                st = req.state[rid]
+                if st == R.WAITING:
+                    u.admit(sim, rid, b.decode)
+                elif st != R.PREFILL:
+                    raise RuntimeError(f"batching policy {sim.batcher.name}: request {rid} is not waiting "
+                                       f"or prefilling")
+                rem = int(req.work[rid])
+                take = min(int(take), rem)
+                if take <= 0:
+                    continue
+                prior = req.load(rid) - rem
+                at += take * (prior + take * 0.5)
+                tok += take
+                req.work[rid] = rem - take
+                pieces.append(rid)
+            ptok[ui] = tok
+            attn[ui] = at
+            dec = bool(b.decode and u.n_decoding)
+            if dec:
+                dreq[ui] = u.n_decoding
+                dkv[ui] = u.decode_kv
+            plan.append((pieces, dec))
+        if not ptok.any() and not dreq.any():
+            if relieved:  # preemption emptied the batch: ask the policy again with the new state
+                self.wake()
+            return
+        dur = self.cost.pass_time(ptok, attn, dreq, dkv)
+        now = sim.now
+        self.busy = True
+        self.iter_start = now
+        self.iter_end = now + dur
+        self.plan = plan
+        kvs = [u.kv_used for u in self.units]
+        tot = float(ptok.sum())
+        nreq = float(dreq.sum())
+        sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, max(kvs), min(kvs), tot / budget, ptok, dreq, dkv)
+        sim.push(now + dur, COLOCATED_END, self)
+
+    def end_iteration(self, _: object = None) -> None:
+        """COLOCATED_END: each unit settles its part; the next iteration is asked for if work is left."""
+        sim = self.sim
+        self.busy = False
+        self.n_iters += 1
+        busy_after = False
+        for u, (pieces, dec) in zip(self.units, self.plan):
+            u.end_iteration(sim, pieces, dec)
+            busy_after = busy_after or u.n_running > 0 or bool(u.waiting)
+        self.plan = []
+        sim.pass_ended(COLOCATED_PASS, self.idx)
+        if busy_after:
+            self.wake()

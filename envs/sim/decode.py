@@ -1,0 +1,142 @@
+"""Decode instances of a disaggregated cluster: D workers stepping in lock step.
+
+Assignment is sticky: a request stays on its worker until it finishes or is preempted.
+Each worker has a batch limit and a KV capacity; a request's load is prompt + tokens
+produced so far and grows by one per step. Admission happens at step boundaries only,
+through the decode router.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import requests as R
+from .events import EventKind, PassKind
+from .stepping import Stepper
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .host import Host
+
+DECODE_END, DECODE_START = int(EventKind.DECODE_END), int(EventKind.DECODE_START)
+DECODE_PASS = int(PassKind.DECODE)
+
+
+class DecodeInstance(Stepper):
+    """One decode instance; its methods are the engine's transitions for it."""
+
+    def __init__(self, sim: Host, idx: int, dp: int, batch_limit: int, kv_cap: int, cost):
+        super().__init__()
+        self.sim = sim
+        self.idx = idx
+        self.dp = dp
+        self.cost = cost
+        self.batch_limit = batch_limit
+        self.kv_cap = np.full(dp, kv_cap, dtype=np.int64)
+        self.batch = np.zeros(dp, dtype=np.int64)
+        self.kv = np.zeros(dp, dtype=np.int64)  # sum over active requests of prompt + done
+        self.active = [set() for _ in range(dp)]
+        self.busy = False
+        self.start_queued = False  # a DECODE_START event is on the heap
+        self.step_start = 0.0
+        self.step_end = 0.0
+        self.zeros = np.zeros(dp)
+
+    @property
+    def n_running(self) -> int:
+        """Requests decoding on this instance."""
+        return int(self.batch.sum())
+
+    def free_slots(self) -> np.ndarray:
+        """Free batch slots per worker."""
+        return self.batch_limit - self.batch
+
+    # ------------------------------------------------------------------ transitions
+    def wake(self) -> None:
+        """Queue a step start now unless the instance is stepping or one is queued."""
+        if not self.busy and not self.start_queued:
+            self.start_queued = True
+            self.sim.push(self.sim.now, DECODE_START, self)
+
+    def admit(self, rid: int, worker: int) -> bool:
+        """Pool request `rid` joins `worker` if a slot and its KV are free (else nothing changes)."""
+        req = self.sim.req
+        load = req.load(rid)
+        if self.batch[worker] >= self.batch_limit or self.kv[worker] + load > self.kv_cap[worker]:
+            return False
+        self.batch[worker] += 1
+        self.kv[worker] += load
+        self.active[worker].add(rid)
+        req.decode_inst[rid] = self.idx
+        req.worker[rid] = worker
+        self.start_decoding(req, rid, self.sim.now)
+        return True
+
+    def start_step(self, _: object = None) -> None:
+        """DECODE_START: the router admits from the pool, KV overflow is relieved, then a step runs."""
+        self.start_queued = False
+        if self.busy:
+            return
+        sim = self.sim
+        if sim.pool and (self.batch < self.batch_limit).any():
+            sim.router.route(sim.view, self.idx)
+            if sim.paused:  # an agent decides the admissions; replay this start afterwards
+                self.wake()
+                return
+        over = self.kv + self.batch > self.kv_cap
+        if over.any():
+            for w in np.flatnonzero(over).tolist():
+                self._relieve(w)
+        nb = int(self.batch.sum())
+        if nb == 0:
+            if over.any() and sim.pool:
+                # every running request was just rejected: admit from the pool again, or it would wait forever
+                self.wake()
+            return
+        dur = self.cost.pass_time(self.zeros, self.zeros, self.batch, self.kv)
+        now = sim.now
+        self.busy = True
+        self.step_start = now
+        self.step_end = now + dur
+        kv = self.kv
+        sim.record_pass(DECODE_PASS, self, dur, nb, nb, int(kv.max()), int(kv.min()),
+                        nb / (self.dp * self.batch_limit), self.zeros, self.batch, kv)
+        sim.push(now + dur, DECODE_END, self)
+
+    def _relieve(self, w: int) -> None:
+        """KV of worker w would overflow this step: preempt its youngest requests (or reject)."""
+        sim = self.sim
+        req = sim.req
+        while self.kv[w] + self.batch[w] > self.kv_cap[w]:
+            rid = self.preempt_youngest(req, self.active[w])
+            self.active[w].discard(rid)
+            self.batch[w] -= 1
+            self.kv[w] -= req.prompt[rid] + req.done[rid]
+            if self.batch[w] == 0 or sim.cfg.cluster.kv_policy == "reject":
+                sim.reject_request(rid, R.reason_code("kv_exhausted"))
+            else:
+                req.requeue(rid)
+                sim.buffer_request(rid)
+
+    def end_step(self, _: object = None) -> None:
+        """DECODE_END: every running request gained a token; due ones finish; the next step starts."""
+        sim = self.sim
+        self.busy = False
+        s = self.tick(sim.now)
+        nb = int(self.batch.sum())
+        sim.tokens_out += nb
+        self.kv += self.batch
+        req = sim.req
+        for rid in self.due(req, s):
+            if req.decode_inst[rid] != self.idx:
+                continue
+            w = int(req.worker[rid])
+            self.complete(req, rid)
+            self.batch[w] -= 1
+            self.kv[w] -= req.prompt[rid] + req.output[rid]
+            self.active[w].discard(rid)
+            sim.finish_request(rid)
+        sim.pass_ended(DECODE_PASS, self.idx)
+        if nb or sim.pool:
+            self.start_step()

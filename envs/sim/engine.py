@@ -1,0 +1,419 @@
+"""The discrete-event engine: construction, the event loop, the policy action API, observers and faults.
+
+One `Simulator` is one run. Time is continuous (seconds); a heap orders events and a
+sequence number breaks ties, so a seed gives one exact history. Open-loop arrivals
+are read from a sorted array instead of the heap (they are the most numerous events).
+Each event kind has one handler (a table indexed by `EventKind`); the instance modules
+(prefill.py, decode.py, colocated.py) own their state and transitions, and heap events
+of an instance carry the instance object itself. Every request ends finished or rejected
+with a reason; a run that would otherwise end with requests still in the system marks
+them rejected("stalled") and sets `stalled`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from . import requests as R
+from .colocated import ColocatedInstance
+from .config import ConfigError, SimConfig, sim_config
+from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_time
+from .decode import DecodeInstance
+from .events import EventKind, PassKind
+from .faults import FaultInjector
+from .hardware import load_hardware
+from .models import load_model
+from .observers import Observer, PassStart
+from .points import POINTS
+from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
+from .prefill import PrefillInstance
+from .requests import RequestTable
+from .view import RunView
+from .workload import make_workload
+
+DEVICE_ARRIVE, KV_READY, TIMER, ARRIVE = (int(k) for k in (
+    EventKind.DEVICE_ARRIVE, EventKind.KV_READY, EventKind.TIMER, EventKind.ARRIVE))
+
+
+
+class Simulator:
+    """A P/D disaggregated or colocated cluster under one traffic sample.
+
+    The attributes are the read-only state view policies use: `now`, `req` (RequestTable),
+    `buffer` (requests held by the prefill scheduler, arrival order), `pool` (prefill-done
+    requests awaiting decode admission), `prefill` / `decode` / `colocated` (instances),
+    `prefill_healthy` (what health checks report), `rng` (the policies' generator).
+    """
+
+    def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0):
+        cfg = sim_config(config)
+        self.cfg = cfg
+        self.seed = int(seed)
+        root = np.random.default_rng(self.seed)
+        wl_rng, self.fault_rng, self.rng = root.spawn(3)
+        self.hw = load_hardware(cfg.hardware)
+        self.model = load_model(cfg.model)
+        cl = cfg.cluster
+        self.topology = cl.topology
+        self.disaggregated = cl.topology == "disaggregated"
+
+        wl = make_workload(cfg.workload, wl_rng)
+        self.req = RequestTable(wl.prompt, wl.output, wl.prefix_key, wl.prefix_len)
+        self._arrivals = wl.arrival  # None in closed loop
+        self._concurrency = wl.concurrency
+        self._think = wl.think_s
+
+        self.prefill: list[PrefillInstance] = []
+        self.decode: list[DecodeInstance] = []
+        self.colocated: list[ColocatedInstance] = []
+        if self.disaggregated:
+            self._build_disaggregated()
+        else:
+            self._build_colocated()
+        self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
+        self._net = cl.net_latency_s
+
+        self.policies = self._resolve_policies(policies or {})
+        self.scheduler: PrefillScheduler = self.policies["prefill"]
+        self.router: DecodeRouter = self.policies["decode"]
+        self.batcher: BatchingPolicy = self.policies["batching"]
+
+        self.now = 0.0
+        self.buffer: dict[int, None] = {}
+        self.pool: dict[int, None] = {}
+        self.paused = False
+        self.finished_run = False
+        self.stalled = False
+        self.n_resolved = 0
+        self.completed: list[int] = []  # finished request ids in completion order (their output is known)
+        self.tokens_out = 0  # output tokens produced (conservation check)
+        self.dropped_signals = 0
+        self.n_events = 0
+        self.steps: list[tuple] = []
+        self.observers: list[Observer] = []
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._next_arrival = 0  # open loop: index of the next arrival; closed loop: next release
+        self._inflight = 0  # closed loop: released, unresolved requests
+        self._wall = 0.0
+        self._started = False
+        self._healthy: list[int] | None = None
+        self.faults = FaultInjector(self)
+        self.view = RunView(self)  # what policies and observers are handed
+        handlers = {
+            EventKind.DECODE_END: DecodeInstance.end_step, EventKind.DECODE_START: DecodeInstance.start_step,
+            EventKind.PREFILL_END: PrefillInstance.end_pass, EventKind.PREFILL_START: PrefillInstance.kick,
+            EventKind.COLOCATED_START: ColocatedInstance.start_iteration,
+            EventKind.COLOCATED_END: ColocatedInstance.end_iteration,
+            EventKind.DEVICE_ARRIVE: self._device_arrive, EventKind.KV_READY: self._kv_ready,
+            EventKind.TIMER: self._timer, EventKind.ARRIVE: self._arrive, EventKind.FAULT: self.faults.handle,
+        }
+        self._handlers = [handlers[k] for k in EventKind]  # indexed by the int kind of a heap entry
+
+    # ------------------------------------------------------------------ construction
+    def _build_disaggregated(self) -> None:
+        cl, hw, model, cost_cfg = self.cfg.cluster, self.hw, self.model, self.cfg.cost
+        p, d = cl.prefill, cl.decode
+        n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
+        pcost = build_cost_model(cost_cfg, hw, model, p)
+        dcost = build_cost_model(cost_cfg, hw, model, d)
+        self.prefill = [PrefillInstance(self, i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
+                                        p.dp_dispatch)
+                        for i in range(n_prefill)]
+        kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d, key="cluster.decode")
+        self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
+        self.prefill_healthy = np.arange(n_prefill) < p.count
+        for inst in self.prefill[p.count:]:
+            inst.up = False
+        self._check_fits(kv_cap, "cluster.decode.kv_capacity_tokens")
+        link = cl.kv_link
+        self._transfer = lambda tokens: kv_transfer_time(tokens, hw, model, link, cl.kv_transfer_base_s)
+
+    def _build_colocated(self) -> None:
+        c = self.cfg.cluster.colocated
+        cost = build_cost_model(self.cfg.cost, self.hw, self.model, c)
+        kv_cap = c.kv_capacity_tokens or kv_capacity_tokens(self.hw, self.model, c, key="cluster.colocated")
+        self.colocated = [ColocatedInstance(self, i, c.dp, c.batch_limit, kv_cap, c.chunk_tokens, cost)
+                          for i in range(c.count)]
+        self.prefill_healthy = np.ones(c.count, dtype=bool)
+        self._check_fits(kv_cap, "cluster.colocated.kv_capacity_tokens")
+
+    def _check_fits(self, kv_cap: int, key: str) -> None:
+        longest = int(self.req.prompt.max()) + 1 if self.req.n else 0
+        if longest > kv_cap:
+            raise ConfigError(f"{key}: a prompt of {longest - 1} tokens does not fit the KV capacity of "
+                              f"{kv_cap} tokens per DP unit; raise the capacity or cap workload.prompt.max")
+
+    def _resolve_policies(self, given: dict) -> dict:
+        out = {}
+        for k in given:
+            if k not in POINTS:
+                raise ConfigError(f"policies.{k}: unknown decision point; allowed: {', '.join(POINTS)}")
+        for k, point in POINTS.items():
+            pol = given.get(k)
+            if pol is None:
+                pol = point.default()
+            if not isinstance(pol, point.protocol):
+                raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}")
+            out[k] = pol
+        return out
+
+    # ------------------------------------------------------------------ policy action API
+    def healthy_prefill(self) -> list[int]:
+        """Instances that accept prompts (prefill, or colocated) and that health checks call healthy."""
+        if self._healthy is None:
+            self._healthy = np.flatnonzero(self.prefill_healthy).tolist()
+        return self._healthy
+
+    def set_healthy(self, inst: int, value: bool) -> None:
+        """What health checks report for instance `inst` changed."""
+        self.prefill_healthy[inst] = value
+        self._healthy = None
+
+    def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
+        """Send buffered request `rid` to instance `inst` (DP unit `dp`, or the engine's choice)."""
+        if rid not in self.buffer:
+            raise ValueError(f"dispatch: request {rid} is not in the scheduler buffer")
+        del self.buffer[rid]
+        req = self.req
+        req.leave_buffer(rid, self.now, inst)
+        req.prefill_dp[rid] = self._front[inst].accept(rid, dp)
+        self.push(self.now + self._net, DEVICE_ARRIVE, rid, inst)
+
+    def prefix_hit(self, rid: int, inst: int, dp: int) -> int:
+        """Prompt tokens of `rid` that the prefix cache of (inst, dp) would serve now."""
+        return self.prefill[inst].prefix_hit(rid, dp)
+
+    def reject(self, rid: int, reason: str) -> None:
+        """Reject a request the policy holds (buffer or pool), recording why."""
+        if rid in self.buffer:
+            del self.buffer[rid]
+        elif rid in self.pool:
+            del self.pool[rid]
+        else:
+            raise ValueError(f"reject: request {rid} is neither buffered nor pooled")
+        self.reject_request(rid, R.reason_code(reason))
+
+    def set_timer(self, t: float, owner: str, tag: object = None) -> None:
+        """Call `on_timer(sim, tag)` of the `owner` policy ('prefill', 'decode', 'batching') at time t."""
+        if owner not in POINTS:
+            raise ValueError(f"set_timer: owner {owner!r} unknown; allowed: {', '.join(POINTS)}")
+        self.push(max(t, self.now), TIMER, owner, tag)
+
+    def admit(self, rid: int, inst: int, worker: int) -> bool:
+        """Admit pool request `rid` to `worker` of decode instance `inst` at a step boundary.
+
+        Returns False (and changes nothing) when the worker has no free slot or not enough KV.
+        """
+        d = self.decode[inst]
+        if rid not in self.pool:
+            raise ValueError(f"admit: request {rid} is not in the decode pool")
+        if d.busy:
+            raise RuntimeError("admit: decode instances admit only at step boundaries (inside route())")
+        if not d.admit(rid, worker):
+            return False
+        del self.pool[rid]
+        return True
+
+    def fill_prefill(self, inst: int, unit: int, budget: int, admit_new: bool = True,
+                     per_request: int | None = None) -> list[tuple[int, int]]:
+        """Prompt pieces for a colocated unit: running prefills first, then waiting requests (FIFO)
+        while slots and KV allow, up to `budget` tokens (`per_request` caps one request's piece).
+        Pure: it proposes a batch and changes nothing."""
+        return self.colocated[inst].units[unit].fill(self.req, budget, admit_new, per_request)
+
+    def pause(self) -> None:
+        """Stop the run after the current callback; `run()` resumes it (the Gymnasium envs use this)."""
+        self.paused = True
+
+    def observe(self, observer: Observer) -> None:
+        """Attach an observer (observers.py): it sees pass starts / ends and request resolutions."""
+        self.observers.append(observer)
+
+    # ------------------------------------------------------------------ event loop
+    def push(self, t: float, kind: int, a: Any = None, b: Any = None) -> None:
+        """Queue event `kind` (an EventKind value) at time t; handlers receive (a, b)."""
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, a, b))
+
+    def _start(self) -> None:
+        self._started = True
+        for pol in self.policies.values():
+            pol.reset(self.view)
+        self.faults.schedule()
+        if self._arrivals is None:
+            self._release_closed_loop(0.0)
+
+    def run(self, until: float = math.inf) -> bool:
+        """Advance the simulation until it ends (True), `until` is reached or a policy pauses (False)."""
+        t0 = time.perf_counter()
+        if not self._started:
+            self._start()
+        self.paused = False
+        heap = self._heap
+        arr = self._arrivals
+        n_open = len(arr) if arr is not None else 0
+        horizon = self.cfg.max_sim_time_s
+        stop = min(until, horizon)
+        pop = heapq.heappop
+        handlers = self._handlers
+        n_events = 0
+        try:
+            while not self.paused:
+                ht = heap[0][0] if heap else math.inf
+                i = self._next_arrival
+                at = arr[i] if i < n_open else math.inf
+                if at < ht:
+                    if at > stop:
+                        break
+                    self.now = at
+                    self._next_arrival = i + 1
+                    n_events += 1
+                    self._arrive(i)
+                    continue
+                if ht == math.inf:
+                    self._finish_run()
+                    return True
+                if ht > stop:
+                    break
+                t, _, kind, a, b = pop(heap)
+                self.now = t
+                n_events += 1
+                handlers[kind](a, b)
+            if not self.paused and stop == horizon and horizon < until:
+                self.now = horizon
+                self._finish_run(reason="horizon")
+                return True
+            return False
+        finally:
+            self.n_events += n_events
+            self._wall += time.perf_counter() - t0
+
+    def _finish_run(self, reason: str = "stalled") -> None:
+        """End of events: anything unresolved is rejected with `reason` (never silently dropped)."""
+        left = np.flatnonzero(self.req.state < R.FINISHED).tolist()
+        if left:
+            if reason == "stalled":
+                self.stalled = True
+            code = R.reason_code(reason)
+            arr = self._arrivals
+            for rid in left:
+                self.buffer.pop(rid, None)
+                self.pool.pop(rid, None)
+                if math.isnan(self.req.arrival[rid]):  # never arrived before the horizon
+                    self.req.arrival[rid] = arr[rid] if arr is not None else self.now
+                self.reject_request(rid, code, release=False)
+        self.finished_run = True
+
+    def record_pass(self, kind: int, inst, dur: float, tokens: float, reqs: float, kv_max: int, kv_min: int,
+                    util: float, unit_tokens: np.ndarray, unit_reqs: np.ndarray, unit_kv: np.ndarray) -> None:
+        """A pass of `inst` starts now: one step-table row (metrics.STEP_COLUMNS), then the observers."""
+        cost = inst.cost
+        self.steps.append((self.now, dur, kind, inst.idx, tokens, reqs, kv_max, kv_min, cost.last_idle_frac, util))
+        if self.observers:
+            p = PassStart(PassKind(kind), inst.idx, self.now, dur, cost.last_unit, unit_tokens, unit_reqs, unit_kv)
+            for obs in self.observers:
+                obs.on_pass_start(self.view, p)
+
+    def pass_ended(self, kind: int, inst: int) -> None:
+        if self.observers:
+            for obs in self.observers:
+                obs.on_pass_end(self.view, PassKind(kind), inst)
+
+    # ------------------------------------------------------------------ requests: arrival and resolution
+    def _arrive(self, rid: int, _: Any = None) -> None:
+        self.req.arrival[rid] = self.now
+        self.buffer_request(rid)
+
+    def buffer_request(self, rid: int) -> None:
+        """Put a request (new, bounced or preempted) in the scheduler buffer and tell the scheduler."""
+        self.req.enter_buffer(rid, self.now)
+        self.buffer[rid] = None
+        self.scheduler.on_arrival(self.view, rid)
+
+    def bounce(self, rid: int) -> None:
+        """A request lost by a dead prefill instance goes back to the scheduler, to be recomputed."""
+        self.req.requeue(rid)
+        self.buffer_request(rid)
+
+    def _release_closed_loop(self, t: float) -> None:
+        conc = self._concurrency
+        n = self.req.n
+        while self._next_arrival < n and self._inflight < conc[self._next_arrival]:
+            self.push(t, ARRIVE, self._next_arrival)
+            self._next_arrival += 1
+            self._inflight += 1
+
+    def _resolved(self) -> None:
+        self.n_resolved += 1
+        if self._arrivals is None:
+            self._inflight -= 1
+            self._release_closed_loop(self.now + self._think)
+
+    def finish_request(self, rid: int) -> None:
+        self.req.complete(rid, self.now)
+        self.completed.append(rid)
+        self._resolved()
+        if self.observers:
+            for obs in self.observers:
+                obs.on_finish(self.view, rid)
+
+    def reject_request(self, rid: int, code: int, release: bool = True) -> None:
+        self.req.reject(rid, code, self.now)
+        if release:
+            self._resolved()
+        else:
+            self.n_resolved += 1
+        if self.observers:
+            for obs in self.observers:
+                obs.on_reject(self.view, rid)
+
+    def token(self, rid: int) -> None:
+        """A prefill pass produced the next output token of `rid`."""
+        self.req.produce_token(rid, self.now)
+        self.tokens_out += 1
+
+    # ------------------------------------------------------------------ between instances
+    def _device_arrive(self, rid: int, inst: int) -> None:
+        self._front[inst].arrive(rid)
+
+    def prefill_done(self, rid: int) -> None:
+        """Its prompt is done (first token out): finished, or its KV moves to the decode tier."""
+        req = self.req
+        self.token(rid)
+        if req.done[rid] >= req.output[rid]:
+            self.finish_request(rid)
+            return
+        req.state[rid] = R.TRANSFER
+        self.push(self.now + self._transfer(req.load(rid)), KV_READY, rid)
+
+    def _kv_ready(self, rid: int, _: Any = None) -> None:
+        self.req.state[rid] = R.POOL
+        self.pool[rid] = None
+        for d in self.decode:
+            d.wake()
+
+    def end_forward(self, inst: int, fwd: float) -> None:
+        """EndForward of a prefill pass reaches the scheduler, unless the fault injector drops it."""
+        if not self.faults.drop_signal():
+            self.scheduler.on_end_forward(self.view, inst, fwd)
+
+    # ------------------------------------------------------------------ timers
+    def _timer(self, owner: str, tag: object) -> None:
+        self.policies[owner].on_timer(self.view, tag)
+        if owner == "batching":
+            for C in self.colocated:
+                C.wake()
+        elif owner == "decode" and self.pool:
+            for d in self.decode:
+                d.wake()
+
+    # ------------------------------------------------------------------ results
+    @property
+    def wall_time_s(self) -> float:
+        return self._wall

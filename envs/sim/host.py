@@ -1,0 +1,60 @@
+"""What an instance module (prefill.py, decode.py, colocated.py, faults.py) may use of the engine.
+
+The instance modules own their state and transitions; the engine (engine.Simulator) owns
+the clock, the heap, the buffer and pool, the policies and the request resolutions. This
+protocol is the whole interface between the two, so the instance modules do not import
+the engine (no import cycle) and a new instance type knows exactly what it can call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from .config import SimConfig
+    from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
+    from .requests import RequestTable
+    from .view import RunView
+
+
+class Host(Protocol):
+    cfg: SimConfig
+    now: float
+    req: RequestTable
+    pool: dict[int, None]
+    paused: bool
+    tokens_out: int
+    dropped_signals: int
+    disaggregated: bool
+    fault_rng: np.random.Generator
+    view: RunView  # what policies are handed
+    scheduler: PrefillScheduler
+    router: DecodeRouter
+    batcher: BatchingPolicy
+    prefill: list
+    prefill_healthy: np.ndarray
+
+    def push(self, t: float, kind: int, a: Any = None, b: Any = None) -> None: ...
+
+    def record_pass(self, kind: int, inst: Any, dur: float, tokens: float, reqs: float, kv_max: int, kv_min: int,
+                    util: float, unit_tokens: np.ndarray, unit_reqs: np.ndarray, unit_kv: np.ndarray) -> None: ...
+
+    def pass_ended(self, kind: int, inst: int) -> None: ...
+
+    def token(self, rid: int) -> None: ...
+
+    def prefill_done(self, rid: int) -> None: ...
+
+    def end_forward(self, inst: int, fwd: float) -> None: ...
+
+    def finish_request(self, rid: int) -> None: ...
+
+    def reject_request(self, rid: int, code: int, release: bool = True) -> None: ...
+
+    def buffer_request(self, rid: int) -> None: ...
+
+    def bounce(self, rid: int) -> None: ...
+
+    def set_healthy(self, inst: int, value: bool) -> None: ...
