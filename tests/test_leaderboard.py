@@ -201,6 +201,19 @@ def test_html_renders_in_headless_chromium_with_a_visible_table(board, tmp_path)
     shutil.copy(shot, out / "leaderboard_screenshot.png")
 
 
+def test_the_seeds_rule_adds_seeds_where_the_paired_interval_is_wider_than_the_effect(tmp_path):
+    cfg = tiny_config(tmp_path, plots=False, max_seeds=4)
+    cfg["scenarios"]["prefill_ds_v3_h800"] = None
+    cfg["scenarios"]["decode_ht_n16"]["baselines"] = ["least_kv", "random"]
+    cfg["scenarios"]["decode_ht_n16"]["effect"] = 1e-9  # no interval is that narrow: seeds grow to max_seeds
+    summary = L.build(cfg)
+    assert summary["meta"]["seeds_added"] == {"decode_ht_n16": [2, 3]}
+    assert not summary["seeds_rule"][0]["seeds_enough"]
+    df = pd.read_csv(Path(summary["out_dir"]) / "leaderboard.csv")
+    assert (df.seeds == 4).all()
+    assert "Seeds added by the seeds rule: [2, 3]" in (Path(summary["out_dir"]) / "leaderboard.md").read_text()
+
+
 # --------------------------------------------------------------------------- aliases, failures, bad input
 def test_aliases_with_equal_results_are_one_row(tmp_path):
     cfg = tiny_config(tmp_path, plots=False)

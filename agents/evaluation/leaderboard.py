@@ -639,6 +639,8 @@ def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
             notes.append(("Best agent: " if kind == "agent" else "Headroom: ") + st[f"{kind}_sentence"] + ".")
     if not sc.headroom and sc.headroom_note:
         notes.append(f"No headroom row: {sc.headroom_note}")
+    if b.meta.get("seeds_added", {}).get(sc.key):
+        notes.append(f"Seeds added by the seeds rule: {b.meta['seeds_added'][sc.key]}.")
     if math.isfinite(rule["max_ci_width"]):
         notes.append(f"Seeds: widest paired 95% interval {rule['max_ci_width']:.1%} wide vs the effect to show "
                      f"{sc.effect:.0%}: {'enough' if rule['seeds_enough'] else 'NOT enough seeds'}.")
@@ -789,6 +791,9 @@ def check_config(cfg: dict) -> dict:
         raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: got {seeds!r}; each seed once")
+    mx = cfg.get("max_seeds")
+    if mx is not None and (isinstance(mx, bool) or not isinstance(mx, int) or mx < len(seeds)):
+        raise ConfigError(f"max_seeds: got {mx!r}; must be an integer >= the number of seeds ({len(seeds)}), or null")
     splits = cfg.get("splits") or {}
     if cfg.get("split") is not None and cfg["split"] not in splits:
         raise ConfigError(f"split: got {cfg['split']!r}; allowed: {', '.join(splits)}, null")
@@ -857,6 +862,35 @@ def point_latest(out: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
+def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
+                           cfg: dict, budget: float | None, rates: dict) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Run the board on `seeds`, then apply the seeds rule: while a scenario's widest paired interval is not
+    narrower than its `effect` and it has fewer than `max_seeds` seeds, run it on the next len(seeds) seed
+    indices. Returns all runs, all failures and {scenario: seeds added}."""
+    max_seeds = int(cfg.get("max_seeds") or len(seeds))
+    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
+                               rates)
+    added: dict = {}
+    count = {sc.key: len(seeds) for sc in scenarios}
+    nxt = max(seeds) + 1
+    while True:
+        merged, _ = merge_aliases(runs, scenarios)
+        pairs = paired(merged, scenarios)
+        short = [sc for sc in scenarios if count[sc.key] < max_seeds and not seeds_rule(pairs, sc)["seeds_enough"]
+                 and len(pairs) and (pairs.scenario == sc.key).sum() > 1]
+        if not short:
+            return runs, failures, added
+        more = list(range(nxt, nxt + min(len(seeds), max_seeds - min(count[sc.key] for sc in short))))
+        nxt += len(more)
+        print(f"seeds rule not met on {', '.join(sc.key for sc in short)}: adding seeds {more}", file=sys.stderr)
+        r2, f2 = run_board(short, agents, more, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget, rates)
+        runs = pd.concat([runs, r2], ignore_index=True)
+        failures += f2
+        for sc in short:
+            count[sc.key] += len(more)
+            added.setdefault(sc.key, []).extend(more)
+
+
 def build(cfg: dict) -> dict:
     """Run the whole board from a plain config dict; returns paths and the standings."""
     t0 = time.perf_counter()
@@ -872,8 +906,7 @@ def build(cfg: dict) -> dict:
                 if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
              if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
-    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
-                               rates)
+    runs, failures, added = add_seeds_until_enough(scenarios, agents, seeds, split, cfg, budget, rates)
     runs, aliases = merge_aliases(runs, scenarios)
     metrics = list(cfg["metrics"])
     table = summarise(runs, scenarios, metrics)
@@ -882,7 +915,8 @@ def build(cfg: dict) -> dict:
     regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "budget_s": budget, "banner": cfg.get("banner") or ""}
+            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
+            "banner": cfg.get("banner") or ""}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)
     for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),
