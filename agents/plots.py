@@ -179,8 +179,10 @@ def default_windows(passes, n_passes: int = 12) -> dict[str, tuple[float, float]
     out = {}
     for kind in dict.fromkeys(p.kind for p in passes):
         ps = [p for p in passes if p.kind == kind]
-        mid = ps[len(ps) // 2].t
-        out[kind] = (mid, mid + n_passes * float(np.median([p.dur for p in ps])))
+        span = n_passes * float(np.median([p.dur for p in ps]))
+        last = max(p.t + p.dur for p in ps)
+        t0 = max(min(ps[len(ps) // 2].t, last - span), ps[0].t)  # full of passes when the run allows
+        out[kind] = (t0, t0 + span)
     return out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pdgym.agents import plots
 from pdgym.agents.trace import PassRecord, write_trace
+from pdgym.envs.sim.metrics import atomic_path
 
 PERCENTILES = np.append(np.arange(0, 101), 99.9)
 
@@ -33,19 +34,28 @@ def latency_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def write_latency_cdfs(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
-    """latency_cdf.png and latency_cdf.csv in `out` (csv written atomically)."""
-    csv = out / "latency_cdf.csv"
-    tmp = csv.with_suffix(".csv.tmp")
-    latency_table(tables).to_csv(tmp, index=False)
-    tmp.replace(csv)
-    return [plots.latency_cdfs(tables, out / "latency_cdf.png"), csv]
+    """latency_cdf.png and latency_cdf.csv in `out`."""
+    with atomic_path(out / "latency_cdf.csv") as tmp:
+        latency_table(tables).to_csv(tmp, index=False)
+    with atomic_path(out / "latency_cdf.png") as tmp:
+        plots.latency_cdfs(tables, tmp)
+    return [out / "latency_cdf.csv", out / "latency_cdf.png"]
 
 
 def write_run_views(result, out: Path, passes: list[PassRecord] | None = None, title: str = "") -> list[Path]:
-    """One run's time series, and with `passes` its trace and timeline, in `out`."""
-    written = [plots.instance_timeseries(result.step_table(), out / "instance_timeseries.png", title)]
+    """One run's time series, and with `passes` (a PassRecorder's) its trace and timeline, in `out`.
+    Every file is written under a temporary name and renamed when complete."""
+    written = []
+    steps = result.step_table()
+    if len(steps):
+        with atomic_path(out / "instance_timeseries.png") as tmp:
+            plots.instance_timeseries(steps, tmp, title)
+        written.append(out / "instance_timeseries.png")
     if passes is not None:
-        meta = {"title": title, "seed": result.seed}
-        written.append(write_trace(out / "trace.json", passes, result.requests, meta=meta))
-        written.append(plots.timeline(passes, out / "timeline.png", title=title))
-    return [p for p in written if p is not None]
+        write_trace(out / "trace.json", passes, result.requests, meta={"title": title, "seed": result.seed})
+        written.append(out / "trace.json")
+        if passes:
+            with atomic_path(out / "timeline.png") as tmp:
+                plots.timeline(passes, tmp, title=title)
+            written.append(out / "timeline.png")
+    return written

@@ -28,6 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pdgym.envs.sim import SimResult, Simulator
+from pdgym.envs.sim.metrics import atomic_path
+from pdgym.envs.sim.observers import Observer, PassStart
 
 KIND_ORDER = ("prefill", "decode", "colocated")
 
@@ -35,16 +38,16 @@ KIND_ORDER = ("prefill", "decode", "colocated")
 @dataclass(frozen=True, slots=True)
 class PassRecord:
     """One pass of one instance: start `t` and length `dur` (s), the pass kind's name, the
-    instance index, each DP unit's busy seconds (<= dur; dur - busy is its barrier wait),
-    and optionally the tokens and requests of the pass (instance totals)."""
+    instance index, and per DP unit its busy seconds (<= dur; dur - busy is its barrier
+    wait), prefill tokens and decode requests."""
 
     t: float
     dur: float
     kind: str
     inst: int
     busy: np.ndarray
-    tokens: float = 0.0
-    reqs: float = 0.0
+    prefill_tokens: np.ndarray
+    decode_reqs: np.ndarray
 
     @property
     def idle(self) -> np.ndarray:
@@ -52,16 +55,34 @@ class PassRecord:
         return self.dur - self.busy
 
 
-class PassRecorder:
+class PassRecorder(Observer):
     """Collects one PassRecord per pass; `record` is what a simulator's pass-end hook calls."""
 
     def __init__(self):
         self.passes: list[PassRecord] = []
 
     def record(self, t: float, dur: float, kind: str, inst: int, busy: Sequence[float],
-               tokens: float = 0.0, reqs: float = 0.0) -> None:
-        busy = np.minimum(np.asarray(busy, dtype=float), dur)  # float noise must not push busy past the barrier
-        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, float(tokens), float(reqs)))
+               prefill_tokens: Sequence[float] | None = None, decode_reqs: Sequence[float] | None = None) -> None:
+        """Keep one pass (the vectors are copied: the engine's arrays are live)."""
+        busy = np.minimum(np.array(busy, dtype=float), dur)  # float noise must not push busy past the barrier
+        zero = np.zeros(len(busy))
+        pt = zero if prefill_tokens is None else np.array(prefill_tokens, dtype=float)
+        dr = zero if decode_reqs is None else np.array(decode_reqs, dtype=float)
+        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, pt, dr))
+
+    def on_pass_start(self, sim, p: PassStart) -> None:
+        """Observer hook: a pass starts with known duration and per-unit compute times."""
+        self.record(p.t, p.dur, p.kind.name.lower(), p.inst, busy_from_unit_times(p.dur, p.unit_time),
+                    p.prefill_tokens, p.decode_reqs)
+
+
+def simulate_traced(config, policies: dict | None = None, seed: int = 0) -> tuple[SimResult, list[PassRecord]]:
+    """`simulate()` with a PassRecorder observing the run: the result and every pass."""
+    sim = Simulator(config, policies, seed)
+    rec = PassRecorder()
+    sim.observe(rec)
+    sim.run()
+    return SimResult(sim), rec.passes
 
 
 def busy_from_unit_times(dur: float, unit: np.ndarray) -> np.ndarray:
@@ -125,12 +146,15 @@ def chrome_trace(passes: Sequence[PassRecord], requests: pd.DataFrame | None = N
         idle = p.idle
         idle_frac = float(idle.mean() / p.dur) if p.dur > 0 and idle.size else 0.0
         ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": 0, "ts": ts, "dur": dur,
-                   "args": {"pass": n, "kind": p.kind, "tokens": p.tokens, "requests": p.reqs,
+                   "args": {"pass": n, "kind": p.kind, "prefill_tokens": float(p.prefill_tokens.sum()),
+                            "decode_requests": float(p.decode_reqs.sum()),
                             "idle_share_of_unit_time": round(idle_frac, 6)}})
-        for u, (b, w) in enumerate(zip(p.busy.tolist(), idle.tolist())):
+        for u, (b, w, pt, dr) in enumerate(zip(p.busy.tolist(), idle.tolist(), p.prefill_tokens.tolist(),
+                                               p.decode_reqs.tolist())):
             if b > 0:
                 ev.append({"ph": "X", "name": p.kind, "cat": "pass", "pid": pid, "tid": u + 1, "ts": ts,
-                           "dur": _span(p.t, p.t + b)[1], "args": {"pass": n, "idle_ms": round(w * 1e3, 6)}})
+                           "dur": _span(p.t, p.t + b)[1], "args": {"pass": n, "prefill_tokens": pt,
+                                                                   "decode_requests": dr, "idle_ms": round(w * 1e3, 6)}})
             if idle_slices and w > 0:
                 its, idur = _span(p.t + b, p.t + p.dur)
                 ev.append({"ph": "X", "name": "barrier idle", "cat": "idle", "pid": pid, "tid": u + 1,
@@ -171,9 +195,8 @@ def request_events(requests: pd.DataFrame, pid: int) -> list[dict]:
 def write_trace(path: str | Path, passes: Sequence[PassRecord], requests: pd.DataFrame | None = None,
                 idle_slices: bool = False, meta: dict | None = None) -> Path:
     """Write the trace JSON atomically (temp file + rename)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     # json.dumps (C encoder) then one write: json.dump to a file runs the pure-Python encoder, ~10x slower
-    tmp.write_text(json.dumps(chrome_trace(passes, requests, idle_slices, meta), separators=(",", ":")))
-    tmp.replace(path)
-    return path
+    text = json.dumps(chrome_trace(passes, requests, idle_slices, meta), separators=(",", ":"))
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)

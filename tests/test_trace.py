@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 from pdgym.agents import plots
 from pdgym.agents.run_views import latency_table
-from pdgym.agents.trace import PassRecorder, busy_from_unit_times, chrome_trace, instance_keys
+from pdgym.agents.trace import PassRecorder, busy_from_unit_times, chrome_trace, instance_keys, simulate_traced
+from pdgym.envs.scenario import load_scenario, merge_sim_config
+from pdgym.envs.sim.events import PassKind
 
 # Trace Event Format: the fields each phase we emit must carry (Trace Event Format document,
 # "Complete Events", "Async Events" (nestable), "Metadata Events").
@@ -62,12 +64,12 @@ def synthetic_passes() -> PassRecorder:
             unit = rng.uniform(0.0, 0.05, 4)
             unit[rng.integers(4)] = 0.0
             dur = 0.002 + unit.max()
-            rec.record(t, dur, "prefill", inst, busy_from_unit_times(dur, unit), tokens=1000, reqs=2)
+            rec.record(t, dur, "prefill", inst, busy_from_unit_times(dur, unit), prefill_tokens=np.sign(unit) * 500)
             t += dur + rng.uniform(0, 0.01)
     t = 0.05
     for _ in range(8):
         unit = rng.uniform(0.005, 0.01, 2)
-        rec.record(t, unit.max(), "decode", 0, busy_from_unit_times(unit.max(), unit), tokens=30, reqs=30)
+        rec.record(t, unit.max(), "decode", 0, busy_from_unit_times(unit.max(), unit), decode_reqs=[10, 20])
         t += unit.max()
     return rec
 
@@ -199,3 +201,57 @@ def test_pdgym_sim_writes_cdfs_and_time_series_per_policy_set(tmp_path):
     assert m["imbalance_mean"] == pytest.approx((dec.kv_max - dec.kv_min).mean()) and m["imbalance_mean"] > 0
     pre = steps[(steps.kind != "decode") & (steps.util > 0)]
     assert m["chunk_util_mean"] == pytest.approx(pre.util.mean())
+
+
+@pytest.mark.parametrize("cost", ["linear", "roofline"])
+def test_a_real_runs_gaps_are_the_barrier_idle_of_its_step_table(cost):
+    """The simulator's own passes: one trace pass per step-table row, every unit slice inside its
+    pass, and the mean gap equal to the step table's idle_frac x the slowest unit's compute time
+    (the whole pass with cost.kind=linear; less than the pass with roofline, whose pass adds fixed
+    costs and the EP all-to-all that every unit spends busy)."""
+    sc = load_scenario("ds_v3_h800_3p1d", ())
+    cfg = merge_sim_config(sc.sim, {"workload": {"num_requests": 120}, "cost": {"kind": cost, "params": {}}})
+    res, passes = simulate_traced(cfg, None, seed=1)
+    steps = res.steps
+    assert len(passes) == len(steps) > 100
+    tr = chrome_trace(passes, res.requests)
+    check_trace(tr)
+    pids = instance_keys(passes)
+    slices = unit_slices(tr)
+    starts = {key: {e["ts"]: e for e in ev} for key, ev in slices.items()}
+    ratios = []
+    for p, row in zip(passes, steps.itertuples()):
+        assert (p.t, p.dur, p.inst) == (row.t, row.dur, row.inst) and p.kind == PassKind(row.kind).name.lower()
+        pid = pids[(p.kind, p.inst)]
+        whole = starts[(pid, 0)][round(p.t * 1e9) / 1000]
+        gaps = []
+        for u in range(len(p.busy)):
+            mine = starts[(pid, u + 1)].get(whole["ts"])
+            busy_us = mine["dur"] if mine else 0.0
+            assert 0 <= busy_us <= whole["dur"]
+            gaps.append(whole["dur"] - busy_us)
+        assert min(gaps) == pytest.approx(0.0, abs=2e-3)  # the slowest unit never waits
+        mean_gap = float(np.mean(gaps))
+        if cost == "linear":
+            assert mean_gap == pytest.approx(row.idle_frac * row.dur * 1e6, abs=2e-3)
+        else:
+            assert mean_gap <= row.idle_frac * row.dur * 1e6 + 2e-3
+            if row.idle_frac > 0.05:
+                ratios.append(mean_gap / (row.idle_frac * row.dur * 1e6))
+    if cost == "roofline":  # fixed costs + all-to-all: a real share of the pass, not a rounding error
+        assert 0.3 < np.median(ratios) < 0.99
+
+
+def test_pdgym_sim_trace_true_writes_a_trace_and_a_timeline(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.run([str(BIN / "pdgym-sim"), "scenario=ds_v3_h800_3p1d", "workload.num_requests=120", "trace=true",
+                        f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr
+    assert (out / "timeline.png").stat().st_size > 5000
+    tr = json.loads((out / "trace.json").read_text())
+    check_trace(tr)
+    steps = pd.read_csv(out / "steps.csv")
+    assert sum(1 for e in tr["traceEvents"] if e["ph"] == "X" and e["tid"] == 0) == len(steps)
+    bad = subprocess.run([str(BIN / "pdgym-sim"), "trace=maybe", f"hydra.run.dir={tmp_path / 'bad'}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "trace" in bad.stderr and "Traceback" not in bad.stderr

@@ -2,12 +2,13 @@
 
     pdgym-sim scenario=NAME seed=S workload.num_requests=N hydra.run.dir=DIR
 
-writes DIR/requests.csv, steps.csv, plots (latency CDFs, per-instance time series:
-agents/run_views.py) and, last, metrics.json (DESIGN section 5 keys + num_requests): tables and
-metrics go to a temporary name and are renamed, so an interrupted run leaves no metrics.json and
-no complete-looking table. With `compare=[...]` every policy set runs on the same seeded traffic;
-the first set's files go to DIR, the others to DIR/compare/<label>/ (labels: letters, digits,
-`_ - .`), and compare.csv / the CDFs put them side by side.
+writes DIR/requests.csv, steps.csv, plots (latency CDFs, per-instance time series;
+`trace=true` adds trace.json and timeline.png: agents/run_views.py) and, last, metrics.json
+(DESIGN section 5 keys + num_requests): tables and metrics go to a temporary name and are
+renamed, so an interrupted run leaves no metrics.json and no complete-looking table. With
+`compare=[...]` every policy set runs on the same seeded traffic; the first set's files go
+to DIR, the others to DIR/compare/<label>/ (labels: letters, digits, `_ - .`), and
+compare.csv / the CDFs put them side by side.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run_dir, sim_config_from, to_container
+from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
 from pdgym.envs.sim.config import check, check_seed
@@ -57,6 +59,7 @@ def validate(cfg: DictConfig) -> tuple:
     """Every check before anything runs or is written: seed, simulator config, memory, policy sets."""
     seed = check_seed(to_container(cfg).get("seed"))
     check(isinstance(cfg.get("plots", True), bool), "plots", f"got {cfg.get('plots')!r}; must be true or false")
+    check(isinstance(cfg.get("trace", False), bool), "trace", f"got {cfg.get('trace')!r}; must be true or false")
     sim_cfg = sim_config_from(cfg)
     specs = policy_sets(cfg)
     sets = [(label, make_policies(spec)) for label, spec in specs]
@@ -94,14 +97,18 @@ def main(cfg: DictConfig) -> dict:
     out = run_dir()
     for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
         (out / stale).unlink(missing_ok=True)
-    results = {}
+    results, passes = {}, {}
     for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1):
-        results[label] = simulate(sim_cfg, pols, seed=seed)
+        if cfg.get("trace", False):
+            results[label], passes[label] = simulate_traced(sim_cfg, pols, seed=seed)
+        else:
+            results[label] = simulate(sim_cfg, pols, seed=seed)
     first = next(iter(results))
+    dirs = {label: out if label == first else inside(out, "compare", label) for label in results}
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
         if label != first:
-            res.write(inside(out, "compare", label))
+            res.write(dirs[label])
     if len(rows) > 1:
         import pandas as pd
 
@@ -113,8 +120,11 @@ def main(cfg: DictConfig) -> dict:
         run_views.write_latency_cdfs({k: r.requests for k, r in results.items()}, out)
         _plot(plots.decode_kv_spread, {k: r.steps for k, r in results.items()}, out / "decode_kv_spread.png")
         for label, res in results.items():
-            run_views.write_run_views(res, out if label == first else inside(out, "compare", label),
+            run_views.write_run_views(res, dirs[label], passes.get(label),
                                       title=f"{cfg.get('scenario_name', 'scenario')}, {label}, seed {seed}")
+    else:
+        for label in passes:
+            write_trace(dirs[label] / "trace.json", passes[label], results[label].requests)
     results[first].write(out)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
     Console().print(metrics_table(rows, f"{scenario} (seed {seed})"))
