@@ -4,8 +4,8 @@
 
 The CartPole reference is measured before and after the modules (the machine may be shared; both
 are recorded, their mean is the reference). PDGYM_BENCH_LABEL=text tags the run in the history.
-A full run (no module named) also rewrites the table in docs/performance.md between its markers;
-every run appends its figures to bench/history.csv.
+Every run appends its figures to bench/history.csv and rewrites the table in docs/performance.md
+(between its markers) from the newest value of each figure.
 """
 
 from __future__ import annotations
@@ -95,9 +95,8 @@ def main(argv: list[str]) -> None:
     (out / "latest.json").write_text(json.dumps({"time": stamp, "machine": where, **results}, indent=2) + "\n")
     hist = history_row(ROOT / "bench" / "history.csv", stamp, where, results)
     print(f"recorded in {hist}")
-    if not only and not failed:
-        write_doc(ROOT / "docs" / "performance.md", render_table(results, stamp, where))
-        print("table written to docs/performance.md")
+    write_doc(ROOT / "docs" / "performance.md", render_table(hist, where))
+    print("table written to docs/performance.md")
     if failed:
         raise SystemExit(f"bench: {len(failed)} module(s) failed: {', '.join(failed)}")
 

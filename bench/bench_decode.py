@@ -1,7 +1,7 @@
 """Decode routing cost: per-step dispatch time of BR-0, BR-H, IQR and least KV on a tier of N = 32
 workers, B = 64, in two regimes: normal (saturated, a pool of about 256 requests: a closed loop holding
 N B + 256 requests) and overloaded (2,000 req/s of Azure-conversation lengths into a tier that drains
-about 900: the pool grows past 5,000); and the speed of the DecodeRouting-v0 env under a trivial agent
+about 900: the pool grows to about 3,000 over 16,000 requests); and the speed of the DecodeRouting-v0 env under a trivial agent
 (first allowed action)."""
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ OVERLOAD = ["oracle=true", "workload.trace=null", "workload.arrival=poisson", "w
 def dispatch_ms(spec, num_requests: int = 9000, overloaded: bool = False) -> tuple[float, float]:
     """Mean milliseconds per route() call of the saturated tier (at most 10% of the slots free: the steady
     state, not the initial fill) and the mean pool size over the calls timed: pools of 200-320
-    requests (normal), or of 5,000 and more (overloaded)."""
+    requests (normal), or of 1,500 and more (overloaded: six times the normal pool, 125 windows)."""
     if overloaded:
         over = [*OVERLOAD, f"workload.num_requests={num_requests}", f"cluster.decode.batch_limit={B}"]
         sc = load_scenario("decode_tier_n32", over)
-        lo, hi = 5000, 10**9
+        lo, hi = 1500, 10**9
     else:
         sc = load_scenario("decode_tier_n32", ["oracle=true", "workload.arrival=closed",
                                                f"workload.concurrency={N * B + POOL + EXTRA}",

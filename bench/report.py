@@ -30,7 +30,7 @@ ROWS = [
     ("Heavy modules (torch, SB3, matplotlib) loaded by importing pdgym-sim", "cli.heavy_modules_at_import",
      "abs", "0", lambda v: v == 0),
     ("BR-0 ms per step, N = 32, pool ~256", "decode.br0_ms_per_step", "abs", "< 0.2", lambda v: v < 0.2),
-    ("BR-0 ms per step, N = 32, overloaded (pool > 5,000)", "decode.br0_ms_per_step_overload", "abs", "< 0.2",
+    ("BR-0 ms per step, N = 32, overloaded (pool > 1,500)", "decode.br0_ms_per_step_overload", "abs", "< 0.2",
      lambda v: v < 0.2),
     ("BR-H (memo) ms per step, N = 32, pool ~256", "decode.brh_memo_ms_per_step", "abs", "< 0.5", lambda v: v < 0.5),
     ("BR-H (memo) ms per step, N = 32, overloaded", "decode.brh_memo_ms_per_step_overload", "abs", "< 0.5",
@@ -66,20 +66,32 @@ ROWS = [
 ]
 
 
-def render_table(results: dict[str, float], stamp: str, machine: str) -> str:
-    """Markdown table of the figures this run measured (rows whose key is missing are left out)."""
-    ref = results["ref.cartpole_steps_per_s"]
-    lines = [f"Measured {stamp} on {machine}. CartPole-v1 reference: {ref:,.0f} raw steps/s (mean of "
-             f"{results['ref.cartpole_before']:,.0f} before and {results['ref.cartpole_after']:,.0f} after).",
-             "", "| figure | value | ratio to CartPole | target | met |", "|---|---:|---:|---|---|"]
+def latest(history: Path) -> dict[str, tuple[str, float, float]]:
+    """figure -> (time, value, ratio to its own run's CartPole) of the newest row of each figure."""
+    out = {}
+    with history.open(newline="") as f:
+        for row in csv.DictReader(f):
+            out[row["figure"]] = (row["time"], float(row["value"]), float(row["ratio_to_cartpole"]))
+    return out
+
+
+def render_table(history: Path, machine: str) -> str:
+    """Markdown table of the newest value of every figure in the history (each with its own run's ratio)."""
+    figs = latest(history)
+    ref = figs.get("ref.cartpole_steps_per_s")
+    lines = [f"Machine: {machine}. Each figure is the newest in bench/history.csv, with its ratio to the CartPole",
+             "reference of the same run (raw steps/s; the run's time is in the last column).",
+             "", "| figure | value | ratio to CartPole | target | met | run (UTC) |", "|---|---:|---:|---|---|---|"]
+    if ref:
+        lines.insert(2, f"Latest CartPole reference: {ref[1]:,.0f} steps/s ({ref[0]}).")
     for label, key, kind, target, ok in ROWS:
-        if key not in results:
+        if key not in figs:
             continue
-        v = results[key]
-        ratio = v / ref if kind == "rate" else None
+        t, v, ratio = figs[key]
         judged = ratio if kind == "rate" else v
         met = "" if ok is None else ("yes" if ok(judged) else "**no**")
-        lines.append(f"| {label} | {v:,.4g} | {'' if ratio is None else f'{ratio:.3f}'} | {target} | {met} |")
+        shown = f"{ratio:.3f}" if kind == "rate" else ""
+        lines.append(f"| {label} | {v:,.4g} | {shown} | {target} | {met} | {t} |")
     return "\n".join(lines)
 
 

@@ -23,8 +23,9 @@ ENVS = {
 # Registered truncation (gym.make wraps the env in TimeLimit): about twice the decisions of an episode of
 # the env's default scenario, so a default episode ends on its own and a runaway one is cut. Measured
 # (seed 0, random masked agent; PhaseBatching: a decode-first agent): PrefillDispatch 2,149 (timing) and
-# 2,082 (allocation) decisions for 2,000 requests, DecodeRouting 13,411 for 10,000 requests (the train
-# split's 8,714 trace rows), PhaseBatching 268,267 for 2,000 requests (one decision per unit-iteration).
+# 2,082 (allocation) decisions for 2,000 requests, DecodeRouting 13,411 for 10,000 requests (trace rows
+# 0-9,999; episodes now replay at most the train split's 8,714 rows), PhaseBatching 268,267 for 2,000
+# requests (one decision per unit-iteration).
 # An agent that stalls is cut earlier by the envs' stall detection (`stall_s`).
 MAX_EPISODE_STEPS = {
     "pdgym/PrefillDispatch-v0": 5_000,

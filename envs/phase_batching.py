@@ -89,6 +89,7 @@ class _AgentBatching(BatchingPolicy):
             self.n_actions = 3
         else:
             self.n_actions = len(grid) * (2 if choose_mode else 1)
+        self._all_allowed = np.ones(self.n_actions, dtype=bool)
 
     # -------------------------------------------------------------- spaces
     def spaces(self) -> tuple[spaces.Box, spaces.Space]:
@@ -163,9 +164,9 @@ class _AgentBatching(BatchingPolicy):
         return m
 
     def mask(self, unit: int) -> np.ndarray:
-        if self.mode == "phase":
-            return self.masks.get(unit, np.ones(3, dtype=bool))
-        return np.ones(self.n_actions, dtype=bool)
+        """The unit's allowed actions (read-only: copy before changing it)."""
+        m = self.masks.get(unit) if self.mode == "phase" else None
+        return m if m is not None else self._all_allowed
 
     def apply(self, sim, inst: int, unit: int, action) -> None:
         """Record the valid action (resolve_action first) for `unit` (phase: this iteration; threshold: this cycle)."""

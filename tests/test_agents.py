@@ -16,7 +16,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.training import imitation
+from pdgym.agents.training import imitation, model_store
 from pdgym.agents.training.features import SlotSetExtractor, policy_kwargs
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.envs.sim.config import ConfigError
@@ -167,12 +167,57 @@ def test_same_seed_same_metrics(tmp_path):
     pd.testing.assert_frame_equal(ha[cols], hb[cols])
 
 
-def test_resume_continues_from_the_last_checkpoint(tmp_path):
+def test_resume_continues_from_the_newest_whole_checkpoint(tmp_path):
     args = [*TINY, "agent=maskable_ppo", *SMALL_PPO]
     first = train_from_overrides(args, tmp_path)
     assert first["resumed_from"] is None
+    ckpts = model_store.checkpoints(tmp_path / "checkpoints")
+    assert [int(p.stem.split("_")[1]) for p in ckpts] == [128, 256]
+    # a checkpoint cut short (a kill during a copy, a full disk) must not block the resume
+    data = ckpts[-1].read_bytes()
+    ckpts[-1].write_bytes(data[: len(data) // 2])
+    saved = model_store.read(ckpts[0])
+    weights, fresh = saved["policy"], saved["spec"].build_policy().state_dict()
     second = train_from_overrides([*args, "total_timesteps=512"], tmp_path)
-    assert second["resumed_from"] and second["timesteps"] >= 512
+    assert second["resumed_from"] == str(ckpts[0]) and second["timesteps"] >= 512
+    # the resumed run started from the checkpoint's weights, not a fresh network: its first update moved
+    # them by a small step (learning rate 3e-4), nowhere near a re-initialisation
+    policy, _, _ = model_store.load_policy(tmp_path / "final_model.zip")
+    k = next(k for k in weights if k.endswith("weight"))
+    moved = (policy.state_dict()[k] - weights[k]).abs().mean()
+    assert moved < 0.2 * (fresh[k] - weights[k]).abs().mean()
+
+
+def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
+    """A write that dies half-way leaves the previous file whole and no partial file under the name."""
+    path = tmp_path / "model_1.zip"
+    model_store.write_atomic(path, {"pdgym_model.json": b'{"format": "x", "members": []}'})
+    before = path.read_bytes()
+
+    def dying(self, name, data, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("zipfile.ZipFile.writestr", dying)
+    with pytest.raises(KeyboardInterrupt):
+        model_store.write_atomic(path, {"a": b"1" * 1000})
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["model_1.zip"]
+
+
+def test_resume_with_another_config_stops_before_writing(tmp_path):
+    args = [*TINY, "agent=a2c", *ALGO_ARGS["a2c"], "total_timesteps=64"]
+    train_from_overrides(args, tmp_path)
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    other = [a if not a.startswith("env.overrides") else 'env.overrides=["workload.num_requests=130","max_sim_time_s=8"]'
+             for a in args]
+    with pytest.raises(ConfigError, match=r"^resume: .*differs in env\.overrides\b.*resume=never") as exc:
+        train_from_overrides(other, tmp_path)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"differs in agent\.kwargs\.learning_rate, seed\);"):
+        train_from_overrides([*args, "seed=3", "agent.kwargs.learning_rate=0.001"], tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
+    # budget keys may change: the same experiment continues
+    s = train_from_overrides([*args[:-1], "total_timesteps=96", "eval.seeds=[1]"], tmp_path)
+    assert s["resumed_from"] and s["timesteps"] >= 96
 
 
 def test_wandb_offline_run_is_written(tmp_path):
@@ -242,6 +287,45 @@ def test_bad_agent_config_is_one_line(tmp_path):
         train_from_overrides([*TINY, "agent.algo=sac"], tmp_path)
     with pytest.raises(ConfigError, match="agent.bc.teacher"):
         train_from_overrides([*TINY, "agent=dqn", "agent.bc.teacher=br0"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^agent\.kwargs\.learning_rate: got -1; must be > 0$"):
+        train_from_overrides([*TINY, "agent.kwargs.learning_rate=-1"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^agent\.kwargs\.gamma: got 1\.5; must be in \(0, 1\]$"):
+        train_from_overrides([*TINY, "agent.kwargs.gamma=1.5"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^agent\.kwargs\.bogus_arg: not an argument of MaskablePPO; allowed: .*n_steps"):
+        train_from_overrides([*TINY, "+agent.kwargs.bogus_arg=1"], tmp_path)
+    assert not list(tmp_path.iterdir()), "a rejected config wrote files"
+
+
+@pytest.mark.parametrize("args", [["agent.kwargs.learning_rate=-1"], ["+agent.kwargs.bogus_arg=1"],
+                                  ["agent.kwargs.bogus_arg=1"], ["agent=dqn", "agent.kwargs.gamma=0"]])
+def test_train_cli_bad_agent_kwargs_is_one_line(tmp_path, args):
+    out = tmp_path / "run"
+    r = cli("pdgym.agents.training.train", *TINY, *args, f"hydra.run.dir={out}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("pdgym-train: error: agent.kwargs."), r.stderr
+    assert not out.exists(), "a rejected config created the run folder"
+
+
+def test_train_cli_resume_with_another_config_touches_nothing(tmp_path):
+    args = [*TINY, "agent=a2c", *ALGO_ARGS["a2c"], "total_timesteps=32"]
+    train_from_overrides(args, tmp_path)
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    r = cli("pdgym.agents.training.train", *args, "seed=5", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "differs in seed)" in r.stderr
+    assert not (tmp_path / ".hydra").exists()
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
+
+
+@pytest.mark.parametrize("agent", ["pointer_maskable_ppo", "attention_maskable_ppo"])
+def test_subprocess_vector_envs_train_every_extractor(tmp_path, agent):
+    """SubprocVecEnv workers are other processes: the observation layout reaches the network builder
+    through get_attr, and the pointer extractor gets its action count from the vector env."""
+    s = train_from_overrides([*TINY, f"agent={agent}", *SMALL_PPO, "vec_env=subproc", "total_timesteps=128"],
+                             tmp_path)
+    assert s["timesteps"] >= 128
+    spec = model_store.read(tmp_path / "final_model.zip")["spec"]
+    assert spec.features["n_slots"] == 16 and spec.n_actions >= 16
 
 
 # --------------------------------------------------------------------------- multirun
@@ -252,4 +336,80 @@ def test_joblib_multirun_runs_two_jobs(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     runs = sorted(tmp_path.glob("*/metrics.json"))
     assert len(runs) == 2
-    assert {json.loads(p.read_text())["name"] for p in runs} == {f"{ENV}_a2c_s0", f"{ENV}_a2c_s1"}
+    names = {json.loads(p.read_text())["name"] for p in runs}
+    # default names carry the config hash: two seeds, two different hashes
+    assert {n.rsplit("_", 1)[0] for n in names} == {f"{ENV}_a2c_s0", f"{ENV}_a2c_s1"}
+    assert len({n.rsplit("_", 1)[1] for n in names}) == 2
+
+
+# --------------------------------------------------------------------------- nothing in a run executes
+class _Trap:
+    """Unpickling this creates the marker file (what an attacker's payload would do, harmlessly)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant_traps(run, marker) -> None:
+    """Booby-trapped files where the SB3 / pickle era looked: VecNormalize and replay pickles beside every
+    model, and an SB3-style zip (cloudpickled `data` entry, pickled policy.pth) as the newest checkpoint."""
+    import base64
+    import pickle
+    import zipfile
+
+    payload = pickle.dumps(_Trap(marker))
+    for model in [*run.glob("*.zip"), *run.glob("checkpoints/*.zip")]:
+        model.with_name(model.stem + "_vecnormalize.pkl").write_bytes(payload)
+        model.with_name(model.stem + "_replay.pkl").write_bytes(payload)
+    data = {"policy_class": {":type:": "<class 'abc.ABCMeta'>", ":serialized:": base64.b64encode(payload).decode()},
+            "observation_space": {":serialized:": base64.b64encode(payload).decode()}}
+    with zipfile.ZipFile(run / "checkpoints" / "model_999999.zip", "w") as zf:
+        zf.writestr("data", json.dumps(data))
+        zf.writestr("policy.pth", payload)
+        zf.writestr("pytorch_variables.pth", payload)
+        zf.writestr("_stable_baselines3_version", "2.9.2")
+
+
+def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
+    from pdgym.agents.evaluation import leaderboard as L
+
+    run, marker = tmp_path / "run", tmp_path / "PWNED"
+    args = [*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=128", "normalize.obs=true"]
+    train_from_overrides(args, run)
+    _plant_traps(run, marker)
+    trap = run / "checkpoints" / "model_999999.zip"
+    # the traps are live: the loaders pdgym used before fire them
+    import pickle
+
+    from sb3_contrib import MaskablePPO
+
+    pickle.loads((run / "final_model_vecnormalize.pkl").read_bytes())
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(Exception):  # noqa: B017  (SB3 fails after its unpickling ran the payload)
+        MaskablePPO.load(trap, device="cpu")
+    assert marker.exists()
+    marker.unlink()
+
+    # pdgym-eval on the run directory, and on the trap zip itself (refused in one line)
+    r = cli("pdgym.agents.evaluation.evaluate", f"policy={run}", "scenario=decode_tier_n16", "seeds=[0]",
+            "workload.num_requests=60", "max_sim_time_s=8", "progress=false", f"hydra.run.dir={tmp_path / 'ev'}")
+    assert r.returncode == 0, r.stderr
+    r = cli("pdgym.agents.evaluation.evaluate", f"policy={trap}", "scenario=decode_tier_n16", "seeds=[0]",
+            "progress=false", f"hydra.run.dir={tmp_path / 'ev2'}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a pdgym model file" in r.stderr, r.stderr
+    # the leaderboard's loading path; the trap checkpoint is what a run without best/final model offers
+    for name in ("best_model.zip", "final_model.zip"):
+        (run / name).rename(tmp_path / name)
+    assert L.agent_point(str(run)) == "decode"
+    cand = L._resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
+    assert cand.agent.path.name == "model_128.zip"
+    with pytest.raises(ConfigError, match="not a pdgym model file"):
+        E.resolve(str(trap))
+    # train resume skips the trap (not a pdgym checkpoint) and continues the newest whole one
+    s = train_from_overrides([*args[:-2], "total_timesteps=192", "normalize.obs=true"], run)
+    assert s["resumed_from"].endswith("model_128.zip")
+    assert not marker.exists(), "a file of the run directory executed code"

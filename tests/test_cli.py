@@ -137,3 +137,19 @@ def test_every_configured_policy_name_resolves_in_pdgym_eval():
     memo = resolve("brh_memo").spec  # inherits brh through its defaults list
     assert memo["name"] == "brh" and memo["predictor"] == "memo"
     assert resolve("sbs_cache").spec["allocation"] == "pbaa_cache"
+
+
+def test_multirun_folders_survive_slashes_and_aggregate_into_one_table(tmp_path):
+    from pdgym.agents.apps import sweep_table
+
+    out = tmp_path / "sweep"
+    p = run("pdgym-sim", "-m", "policy/decode=least_kv,random", "seed=0,1", "scenario=decode_tier_n8",
+            "workload.num_requests=120", "plots=false", f"hydra.sweep.dir={out}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    jobs = sorted(d for d in out.iterdir() if d.is_dir())
+    assert len(jobs) == 4 and all((d / "metrics.json").exists() for d in jobs)  # one level: '/' became '_'
+    (jobs[0] / "metrics.json").unlink()  # an interrupted job is skipped, not averaged
+    t = sweep_table.main([str(out), "ttft_mean", "imbalance_mean"])
+    assert sorted(t.seeds) == [1, 2] and len(t) == 2
+    assert (t.imbalance_mean_ci_low >= 0).all() and (t.imbalance_mean_ci_low <= t.imbalance_mean).all()
+    assert (out / "sweep_table.csv").exists()

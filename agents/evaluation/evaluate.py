@@ -272,17 +272,6 @@ def segment_overrides(raw: dict, split: dict | None, index: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- trained agents
-ALGOS = {"ppo": ("stable_baselines3", "PPO"), "a2c": ("stable_baselines3", "A2C"),
-         "dqn": ("stable_baselines3", "DQN"), "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
-
-
-def algo_class(name: str):
-    if name not in ALGOS:
-        raise ConfigError(f"agent.algo: unknown {name!r}; allowed: {', '.join(ALGOS)}")
-    mod, cls = ALGOS[name]
-    return getattr(importlib.import_module(mod), cls)
-
-
 def env_module(env_id: str):
     """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
     import gymnasium as gym
@@ -301,41 +290,12 @@ def model_file(path: Path) -> Path:
     for name in ("best_model.zip", "final_model.zip"):
         if (path / name).is_file():
             return path / name
-    ckpts = sorted((path / "checkpoints").glob("*.zip"), key=lambda p: p.stat().st_mtime)
-    if ckpts:
-        return ckpts[-1]
+    from pdgym.agents.training.model_store import latest_complete
+
+    ckpt = latest_complete(path / "checkpoints")
+    if ckpt is not None:
+        return ckpt
     raise FileNotFoundError(f"{path}: no best_model.zip, final_model.zip or checkpoints/*.zip")
-
-
-def masked_predictor(model, obs_norm=None):
-    """predict(obs, mask) -> action: the model's greedy action among the allowed ones.
-
-    MaskablePPO masks its logits itself; for PPO / A2C the categorical logits and for DQN the Q-values
-    are masked here, so an agent trained without masks never picks an infeasible action at evaluation.
-    """
-    import torch
-
-    algo = type(model).__name__
-
-    def predict(obs: np.ndarray, mask: np.ndarray) -> int:
-        obs = np.asarray(obs, dtype=np.float32)
-        if obs_norm is not None:
-            obs = obs_norm.normalize_obs(obs).astype(np.float32)
-        mask = np.asarray(mask, dtype=bool)
-        if algo == "MaskablePPO":
-            a, _ = model.predict(obs, action_masks=mask, deterministic=True)
-            return int(a)
-        with torch.no_grad():
-            t, _ = model.policy.obs_to_tensor(obs)
-            if algo == "DQN":
-                score = model.q_net(t)[0].cpu().numpy()
-            else:
-                score = model.policy.get_distribution(t).distribution.logits[0].cpu().numpy()
-        if not mask.any():
-            return int(np.argmax(score))
-        return int(np.argmax(np.where(mask, score, -np.inf)))
-
-    return predict
 
 
 @dataclass
@@ -356,9 +316,9 @@ class LoadedAgent:
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
-    """Load a model written by pdgym-train (its run directory, or a .zip inside it) with its
-    VecNormalize statistics (`<model>_vecnormalize.pkl`) when it was trained on normalised observations."""
-    import pickle
+    """Load a model written by pdgym-train (its run directory, or a .zip inside it) through the model
+    store: the network is rebuilt from its saved spec and only weights and arrays are read (no pickle)."""
+    from pdgym.agents.training.model_store import load_predictor
 
     p = Path(path)
     if not p.exists():
@@ -368,13 +328,7 @@ def load_agent(path: str | Path) -> LoadedAgent:
     if root is None:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
     meta = json.loads((root / AGENT_META).read_text())
-    model = algo_class(meta["algo"]).load(zip_path, device="cpu")
-    norm_path = zip_path.with_name(zip_path.stem + "_vecnormalize.pkl")
-    obs_norm = None
-    if norm_path.is_file():
-        with open(norm_path, "rb") as fh:
-            obs_norm = pickle.load(fh)
-    return LoadedAgent(zip_path, meta, masked_predictor(model, obs_norm))
+    return LoadedAgent(zip_path, meta, load_predictor(zip_path))
 
 
 # --------------------------------------------------------------------------- candidates

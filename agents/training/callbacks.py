@@ -8,7 +8,7 @@ CSV and wandb, so one `record` reaches all of them.
 from __future__ import annotations
 
 import math
-import pickle
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +17,8 @@ import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.metrics import write_json
 from stable_baselines3.common.callbacks import BaseCallback
+
+from .model_store import checkpoints
 
 # What the held-out evaluation logs under eval/ (mean over its seeds).
 LOGGED = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "ttft_mean", "tpot_mean", "throughput_tok_s", "rps",
@@ -41,27 +43,14 @@ class EpisodeMetricsCallback(BaseCallback):
         return True
 
 
-def model_paths(zip_path: Path) -> tuple[Path, Path]:
-    """(model zip, its VecNormalize statistics) — the pair a model is evaluated with."""
-    return zip_path, zip_path.with_name(zip_path.stem + "_vecnormalize.pkl")
-
-
-def save_model(model, zip_path: Path, vec_norm=None) -> Path:
-    zip_path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(zip_path)
-    if vec_norm is not None:
-        with open(model_paths(zip_path)[1], "wb") as fh:
-            pickle.dump(vec_norm, fh)
-    return zip_path
-
-
 class CheckpointEvery(BaseCallback):
-    """Every `freq` environment steps: checkpoints/model_<steps>.zip (+ VecNormalize stats, + replay buffer
-    for off-policy algorithms), keeping the last `keep`; what `resume` restarts from."""
+    """Every `freq` environment steps: checkpoints/model_<steps>.zip (weights, optimizer, counters,
+    normalisation statistics, replay buffer for off-policy algorithms; see model_store), keeping the
+    last `keep`; what `resume` restarts from."""
 
-    def __init__(self, freq: int, out: Path, vec_norm=None, keep: int = 3):
+    def __init__(self, freq: int, out: Path, saver: Callable, keep: int = 3):
         super().__init__()
-        self.freq, self.out, self.vec_norm, self.keep = int(freq), Path(out), vec_norm, int(keep)
+        self.freq, self.out, self.saver, self.keep = int(freq), Path(out), saver, int(keep)
         self.last = 0
 
     def _init_callback(self) -> None:
@@ -74,23 +63,44 @@ class CheckpointEvery(BaseCallback):
 
     def save(self) -> Path:
         self.last = self.num_timesteps
-        path = save_model(self.model, self.out / f"model_{self.num_timesteps}.zip", self.vec_norm)
-        if hasattr(self.model, "replay_buffer") and self.model.replay_buffer is not None:
-            self.model.save_replay_buffer(self.out / f"model_{self.num_timesteps}_replay.pkl")
+        path = self.saver(self.model, self.out / f"model_{self.num_timesteps}.zip", training=True)
         for old in checkpoints(self.out)[:-self.keep]:
-            for f in (old, model_paths(old)[1], old.with_name(old.stem + "_replay.pkl")):
-                f.unlink(missing_ok=True)
+            old.unlink(missing_ok=True)
         return path
 
 
-def checkpoints(ckpt_dir: Path) -> list[Path]:
-    """The periodic checkpoints model_<steps>.zip of a run, oldest first."""
-    return sorted(Path(ckpt_dir).glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
+class ProgressLog(BaseCallback):
+    """One line every `every` environment steps (steps done of the target, steps/s over the last stretch
+    and overall, time left), so a run's log shows progress without a progress bar."""
 
+    def __init__(self, target: int, every: int, name: str = ""):
+        super().__init__()
+        self.target, self.every, self.name = int(target), max(1, int(every)), name
+        self.t0 = self.t_last = 0.0
+        self.n0 = self.n_last = 0
 
-def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    ckpts = checkpoints(ckpt_dir)
-    return ckpts[-1] if ckpts else None
+    def _on_training_start(self) -> None:
+        self.t0 = self.t_last = time.perf_counter()
+        self.n0 = self.n_last = self.num_timesteps
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps - self.n_last >= self.every:
+            self.line()
+        return True
+
+    def _on_training_end(self) -> None:
+        if self.num_timesteps != self.n_last:
+            self.line()
+
+    def line(self) -> None:
+        now, n = time.perf_counter(), self.num_timesteps
+        rate = (n - self.n_last) / max(now - self.t_last, 1e-9)
+        overall = (n - self.n0) / max(now - self.t0, 1e-9)
+        left = max(self.target - n, 0) / max(overall, 1e-9)
+        print(f"{self.name}: step {n}/{self.target} ({100 * n / max(self.target, 1):.0f}%), {rate:.0f} steps/s "
+              f"(run {overall:.0f}), {left:.0f} s left", flush=True)
+        self.logger.record("time/steps_per_s", overall)
+        self.t_last, self.n_last = now, n
 
 
 class HeldOutEval(BaseCallback):
@@ -98,10 +108,10 @@ class HeldOutEval(BaseCallback):
     seeds (`evaluate_fn(model) -> Evaluation.stats()`), log eval/<metric>, append eval_history.csv and
     keep best_model.zip by the primary metric (its direction: lower TTFT, higher throughput, ...)."""
 
-    def __init__(self, evaluate_fn: Callable, freq: int, primary: str, out: Path, vec_norm=None):
+    def __init__(self, evaluate_fn: Callable, freq: int, primary: str, out: Path, saver: Callable):
         super().__init__()
         self.evaluate_fn, self.freq, self.primary, self.out = evaluate_fn, int(freq), primary, Path(out)
-        self.vec_norm = vec_norm
+        self.saver = saver
         self.history_path = self.out / "eval_history.csv"
         self.best = -math.inf  # direction-adjusted: higher is better
         self.last = -1
@@ -135,9 +145,14 @@ class HeldOutEval(BaseCallback):
         improved = math.isfinite(score) and score > self.best
         if improved:
             self.best = score
-            save_model(self.model, self.out / "best_model.zip", self.vec_norm)
+            self.saver(self.model, self.out / "best_model.zip")
             write_json(self.out / "best_metrics.json", {"timesteps": self.num_timesteps, "metrics": stats})
-        self.logger.record("eval/best_" + self.primary, E.direction(self.primary) * self.best)
+        best = E.direction(self.primary) * self.best
+        self.logger.record("eval/best_" + self.primary, best)
+        others = ", ".join(f"{k} {row[k]:.4g}" for k in ("ttft_p99", "tpot_p99", "throughput_tok_s", "rejected")
+                           if k != self.primary and math.isfinite(row[k]))
+        print(f"eval at step {self.num_timesteps}: {self.primary} {row[self.primary]:.4g} (best {best:.4g}"
+              f"{', new best' if improved else ''}); {others}", flush=True)
         self.logger.dump(self.num_timesteps)
         pd.DataFrame([row]).to_csv(self.history_path, mode="a", header=not self.history_path.is_file(), index=False)
         return stats

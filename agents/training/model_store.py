@@ -1,0 +1,348 @@
+"""The one way trained models are written and read: plain data only, so loading a run executes nothing.
+
+SB3's own format unpickles (its zip's `data` entry carries cloudpickled objects, VecNormalize is saved
+with pickle): a run directory handed to `pdgym-eval`, the leaderboard or a resume could run any code.
+A pdgym model file is a zip archive of data:
+
+    pdgym_model.json  format tag, the network spec (algorithm, policy class *by name* from a fixed table,
+                      extractor arguments, net_arch, spaces), step counters, normalisation settings
+    policy.pt         the policy's state_dict        (torch.save; read with torch.load(weights_only=True))
+    optimizer.pt      checkpoints: the optimizer's state_dict (same)
+    normalize.npz     trained with VecNormalize: running mean / var / count arrays (np.load, no pickle)
+    replay.npz        checkpoints of off-policy algorithms: the replay buffer arrays (same)
+
+Reading rebuilds the policy from the spec and loads only weights. Writing goes to a temporary name and
+is renamed into place, so a reader sees a whole archive or none; a truncated file, an SB3 zip or a
+pickle is refused with one line (`ModelFileError`), and `latest_complete` skips a damaged newest
+checkpoint for the newest whole one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import pickle  # only for the exception torch raises when weights_only refuses an object: nothing is unpickled
+import sys
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pdgym.envs.sim.config import ConfigError
+
+# What reading a damaged or foreign archive can raise (all become one ModelFileError line).
+READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyError, ValueError, TypeError,
+               RuntimeError, pickle.UnpicklingError)
+FIT_ERRORS = (RuntimeError, KeyError, ValueError, TypeError)  # weights that do not fit the network
+FORMAT = "pdgym-model/1"
+MANIFEST = "pdgym_model.json"
+COUNTERS = ("_episode_num", "_n_updates", "_n_calls")  # SB3 state a resume continues (where present)
+REPLAY_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+class ModelFileError(ConfigError):
+    """A model file that is not a whole pdgym model archive (one line: path and why)."""
+
+
+# --------------------------------------------------------------------------- the network, by name
+# The algorithms a model may name, and where their classes live (the fixed table nothing in a file extends).
+ALGOS = {"ppo": ("stable_baselines3", "PPO"), "a2c": ("stable_baselines3", "A2C"),
+         "dqn": ("stable_baselines3", "DQN"), "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+
+
+def algo_class(name: str):
+    if name not in ALGOS:
+        raise ConfigError(f"agent.algo: unknown {name!r}; allowed: {', '.join(ALGOS)}")
+    mod, cls = ALGOS[name]
+    return getattr(importlib.import_module(mod), cls)
+
+
+@dataclass
+class NetSpec:
+    """Everything needed to rebuild a trained policy's network without its training code objects."""
+
+    algo: str  # maskable_ppo | ppo | a2c | dqn
+    policy: str  # an SB3 policy alias of the algorithm (MlpPolicy) or "pointer"
+    features: dict  # extractor config with every layout value resolved: {kind, n_slots, ...}
+    net_arch: Any
+    obs_shape: list[int]
+    n_actions: int
+
+    @classmethod
+    def from_env(cls, algo: str, policy: str, features: dict, net_arch, env) -> NetSpec:
+        """Resolve the extractor's layout (and pointer action count) from an env probe once, at training."""
+        from .features import policy_kwargs
+
+        kind = (features or {}).get("kind", "flat")
+        pk = policy_kwargs(features, net_arch, env)
+        resolved = {"kind": kind, **dict(pk.get("features_extractor_kwargs") or {})}
+        return cls(algo, "pointer" if kind == "pointer" else policy, resolved,
+                   list(net_arch) if isinstance(net_arch, (list, tuple)) else net_arch,
+                   [int(d) for d in env.observation_space.shape], int(env.action_space.n))
+
+    def policy_class(self) -> type:
+        from .features import pointer_policy
+
+        if self.policy == "pointer":
+            return pointer_policy(self.algo)
+        aliases = algo_class(self.algo).policy_aliases
+        if self.policy not in aliases:
+            raise ConfigError(f"agent.policy: got {self.policy!r}; allowed: {', '.join(aliases)} "
+                              "(or features.kind=pointer)")
+        return aliases[self.policy]
+
+    def policy_kwargs(self) -> dict:
+        from .features import policy_kwargs
+
+        return policy_kwargs(self.features, self.net_arch, None)
+
+    def build_policy(self):
+        """A fresh policy network (evaluation mode) of this spec."""
+        import gymnasium as gym
+
+        obs = gym.spaces.Box(-np.inf, np.inf, tuple(self.obs_shape), np.float32)
+        policy = self.policy_class()(obs, gym.spaces.Discrete(self.n_actions), lambda _: 0.0,
+                                     **self.policy_kwargs())
+        policy.set_training_mode(False)
+        return policy
+
+
+# --------------------------------------------------------------------------- observation normalisation
+@dataclass
+class ObsNormalizer:
+    """VecNormalize's observation transform from its saved statistics (what evaluation needs of it)."""
+
+    mean: np.ndarray
+    var: np.ndarray
+    clip_obs: float
+    epsilon: float
+
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        return np.clip((obs - self.mean) / np.sqrt(self.var + self.epsilon), -self.clip_obs, self.clip_obs)
+
+
+def _norm_state(vec_norm) -> tuple[dict, dict]:
+    settings = {k: getattr(vec_norm, k) for k in ("norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma",
+                                                  "epsilon")}
+    arrays = {"obs_mean": vec_norm.obs_rms.mean, "obs_var": vec_norm.obs_rms.var,
+              "obs_count": np.asarray(vec_norm.obs_rms.count), "ret_mean": np.asarray(vec_norm.ret_rms.mean),
+              "ret_var": np.asarray(vec_norm.ret_rms.var), "ret_count": np.asarray(vec_norm.ret_rms.count)}
+    return {k: (bool(v) if isinstance(v, (bool, np.bool_)) else float(v)) for k, v in settings.items()}, arrays
+
+
+# --------------------------------------------------------------------------- writing
+def _torch_bytes(obj) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _npz_bytes(arrays: dict) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buf.getvalue()
+
+
+def write_atomic(path: Path, members: dict[str, bytes]) -> Path:
+    """A zip of `members` at `path`, written under a temporary name, synced and renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+                for name, data in members.items():
+                    zf.writestr(name, data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass
+class Saver:
+    """Writes a model of one run (its spec and, if any, its VecNormalize) to a path; `training=True`
+    adds what a resume needs (optimizer, counters, replay buffer)."""
+
+    spec: NetSpec
+    vec_norm: Any = None
+
+    def __call__(self, model, path: Path, training: bool = False) -> Path:
+        members = {"policy.pt": _torch_bytes(model.policy.state_dict())}
+        manifest: dict = {"format": FORMAT, "spec": asdict(self.spec), "num_timesteps": int(model.num_timesteps),
+                          "normalize": None, "counters": {}}
+        if self.vec_norm is not None:
+            manifest["normalize"], arrays = _norm_state(self.vec_norm)
+            members["normalize.npz"] = _npz_bytes(arrays)
+        if training:
+            members["optimizer.pt"] = _torch_bytes(model.policy.optimizer.state_dict())
+            manifest["counters"] = {k: int(getattr(model, k)) for k in COUNTERS if hasattr(model, k)}
+            rb = getattr(model, "replay_buffer", None)
+            if rb is not None:
+                arrays = {k: getattr(rb, k) for k in REPLAY_ARRAYS if getattr(rb, k, None) is not None}
+                members["replay.npz"] = _npz_bytes(arrays)
+                manifest["replay"] = {"pos": int(rb.pos), "full": bool(rb.full)}
+        manifest["members"] = sorted(members)
+        members[MANIFEST] = json.dumps(manifest, indent=1).encode()
+        return write_atomic(path, members)
+
+
+# --------------------------------------------------------------------------- reading
+def read(path: Path, training: bool = False) -> dict:
+    """The archive's manifest and data: {manifest, spec, policy, [optimizer, replay], normalize}.
+    Only JSON, weights-only torch tensors and pickle-free npz arrays are read."""
+    import torch
+
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            if MANIFEST not in names:
+                raise ModelFileError(f"{path}: not a pdgym model file (no {MANIFEST}); SB3 zips and pickles are "
+                                     "never loaded because loading them can run code: retrain with pdgym-train")
+            manifest = json.loads(zf.read(MANIFEST))
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                raise ModelFileError(f"{path}: model format {manifest.get('format') if isinstance(manifest, dict) else None!r}"
+                                     f"; this pdgym reads {FORMAT!r}")
+            missing = [m for m in manifest.get("members", []) if m not in names]
+            if missing:
+                raise ModelFileError(f"{path}: incomplete model file (missing {', '.join(missing)})")
+
+            def tensors(name):
+                return torch.load(io.BytesIO(zf.read(name)), map_location="cpu", weights_only=True)
+
+            def arrays(name):
+                with np.load(io.BytesIO(zf.read(name)), allow_pickle=False) as z:
+                    return {k: z[k] for k in z.files}
+
+            out = {"manifest": manifest, "spec": NetSpec(**manifest["spec"]), "policy": tensors("policy.pt"),
+                   "normalize": arrays("normalize.npz") if "normalize.npz" in names else None}
+            if training:
+                out["optimizer"] = tensors("optimizer.pt") if "optimizer.pt" in names else None
+                out["replay"] = arrays("replay.npz") if "replay.npz" in names else None
+            return out
+    except (ModelFileError, FileNotFoundError):
+        raise
+    except READ_ERRORS as exc:  # truncated zip, corrupt member, a pickle that weights_only refuses, bad spec
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(f"{path}: unreadable or truncated model file ({why[:200]})") from None
+
+
+def is_complete(path: Path) -> bool:
+    """A whole archive: central directory present, every listed member there, every CRC right."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if MANIFEST not in zf.namelist() or zf.testzip() is not None:
+                return False
+            manifest = json.loads(zf.read(MANIFEST))
+            return manifest.get("format") == FORMAT and all(m in zf.namelist() for m in manifest.get("members", []))
+    except READ_ERRORS:
+        return False
+
+
+def checkpoints(ckpt_dir: Path) -> list[Path]:
+    """The periodic checkpoints model_<steps>.zip of a run, oldest first."""
+    return sorted(Path(ckpt_dir).glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
+
+
+def latest_complete(ckpt_dir: Path) -> Path | None:
+    """The newest whole checkpoint; damaged newer ones are named on stderr and skipped."""
+    for p in reversed(checkpoints(ckpt_dir)):
+        if is_complete(p):
+            return p
+        print(f"pdgym: skipping damaged checkpoint {p}", file=sys.stderr)
+    return None
+
+
+def load_policy(path: Path) -> tuple[Any, NetSpec, ObsNormalizer | None]:
+    """(policy network with the saved weights, its spec, its observation normaliser or None)."""
+    data = read(path)
+    spec = data["spec"]
+    try:
+        policy = spec.build_policy()
+        policy.load_state_dict(data["policy"])
+    except FIT_ERRORS as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ModelFileError(f"{path}: weights do not fit the saved network spec ({str(exc).splitlines()[0][:200]})") \
+            from None
+    norm, settings = data["normalize"], data["manifest"].get("normalize")
+    obs_norm = None
+    if norm is not None and settings and settings.get("norm_obs"):
+        obs_norm = ObsNormalizer(norm["obs_mean"], norm["obs_var"], float(settings["clip_obs"]),
+                                 float(settings["epsilon"]))
+    return policy, spec, obs_norm
+
+
+def load_predictor(path: Path):
+    """predict(obs, mask) -> action of a saved model (see `predictor`)."""
+    policy, spec, obs_norm = load_policy(path)
+    return predictor(policy, spec.algo, obs_norm)
+
+
+def restore(model, path: Path, vec_norm=None) -> int:
+    """Continue a run: load a checkpoint's weights, optimizer, counters, replay buffer and normalisation
+    statistics into a freshly built `model` of the same spec; returns its step count."""
+    data = read(path, training=True)
+    try:
+        model.policy.load_state_dict(data["policy"])
+        if data["optimizer"] is not None:
+            model.policy.optimizer.load_state_dict(data["optimizer"])
+    except FIT_ERRORS as exc:
+        raise ModelFileError(f"{path}: does not fit this run's network ({str(exc).splitlines()[0][:200]})") from None
+    m = data["manifest"]
+    model.num_timesteps = int(m["num_timesteps"])
+    for k, v in (m.get("counters") or {}).items():
+        if k in COUNTERS and hasattr(model, k):
+            setattr(model, k, int(v))
+    rb, replay = getattr(model, "replay_buffer", None), data["replay"]
+    if rb is not None and replay is not None:
+        for k, v in replay.items():
+            if k in REPLAY_ARRAYS and getattr(rb, k, None) is not None and getattr(rb, k).shape == v.shape:
+                setattr(rb, k, v.astype(getattr(rb, k).dtype, copy=False))
+        rb.pos, rb.full = int(m["replay"]["pos"]), bool(m["replay"]["full"])
+    norm = data["normalize"]
+    if vec_norm is not None and norm is not None:
+        vec_norm.obs_rms.mean, vec_norm.obs_rms.var = norm["obs_mean"], norm["obs_var"]
+        vec_norm.obs_rms.count = float(norm["obs_count"])
+        vec_norm.ret_rms.mean, vec_norm.ret_rms.var = norm["ret_mean"], norm["ret_var"]
+        vec_norm.ret_rms.count = float(norm["ret_count"])
+    return model.num_timesteps
+
+
+# --------------------------------------------------------------------------- acting
+def predictor(policy, algo: str, obs_norm=None):
+    """predict(obs, mask) -> action: the policy's greedy action among the allowed ones.
+
+    MaskablePPO masks its logits itself; for PPO / A2C the categorical logits and for DQN the Q-values
+    are masked here, so an agent trained without masks never picks an infeasible action at evaluation.
+    `obs_norm` is anything with normalize_obs (a live VecNormalize while training, an ObsNormalizer after).
+    """
+    import torch
+
+    def predict(obs: np.ndarray, mask: np.ndarray) -> int:
+        obs = np.asarray(obs, dtype=np.float32)
+        if obs_norm is not None:
+            obs = obs_norm.normalize_obs(obs).astype(np.float32)
+        mask = np.asarray(mask, dtype=bool)
+        if algo == "maskable_ppo":
+            a, _ = policy.predict(obs, action_masks=mask, deterministic=True)
+            return int(a)
+        with torch.no_grad():
+            t, _ = policy.obs_to_tensor(obs)
+            if algo == "dqn":
+                score = policy.q_net(t)[0].cpu().numpy()
+            else:
+                score = policy.get_distribution(t).distribution.logits[0].cpu().numpy()
+        if not mask.any():
+            return int(np.argmax(score))
+        return int(np.argmax(np.where(mask, score, -np.inf)))
+
+    return predict
