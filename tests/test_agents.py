@@ -232,6 +232,23 @@ def test_wandb_offline_run_is_written(tmp_path):
     assert list((tmp_path / "wandb").glob("offline-run-*"))
 
 
+@pytest.mark.parametrize("configured, environment, expected", [
+    ("disabled", "offline", "disabled"),  # a config that says disabled starts no wandb under `make test`
+    ("online", "offline", "offline"),  # WANDB_MODE=offline can never go online
+    ("offline", None, "offline"), ("online", "", "online"), ("offline", "disabled", "disabled")])
+def test_wandb_environment_mode_is_a_ceiling(configured, environment, expected):
+    from pdgym.agents.training.wandb_utils import effective_mode
+
+    assert effective_mode(configured, environment) == expected
+
+
+def test_wandb_mode_typo_is_one_line():
+    from pdgym.agents.training.wandb_utils import effective_mode
+
+    with pytest.raises(ConfigError, match=r"^WANDB_MODE \(environment\): got 'ofline'; allowed: offline, online, disabled$"):
+        effective_mode("offline", "ofline")
+
+
 # --------------------------------------------------------------------------- behaviour cloning
 class _ArgmaxEnv(gym.Env):
     """Observation: 4 scores + a mask flag per slot; the teacher picks the best unmasked slot."""

@@ -330,6 +330,19 @@ def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
     """Per scenario and policy: paired ratio to the reference on the primary metric (bootstrap over the
     seeds both ran), its verdict in words and whether the interval excludes zero."""
     rows = []
+    for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
+        p = E.paired_ratio(x.to_numpy(), y.to_numpy())
+        rows.append({"scenario": sc.key, "policy": pol, "kind": kind, "reference": ref,
+                     "metric": sc.primary, "rel": p["rel"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
+                     "seeds": p["n"], "verdict": "reference" if pol == ref else
+                     E.verdict(sc.primary, p["rel"], p["ci_low"], p["ci_high"]),
+                     "sentence": "" if pol == ref else E.describe(sc.primary, pol, ref, p)})
+    return pd.DataFrame(rows)
+
+
+def pairs_with_reference(runs: pd.DataFrame, scenarios: list[BoardScenario]):
+    """Per scenario (with a reference) and policy, best first: (scenario, reference, policy, kind, x, y), x and
+    y the policy's and the reference's primary metric on the seeds both ran (common random numbers)."""
     for sc in scenarios:
         sub = runs[runs.scenario == sc.key] if len(runs) else runs
         ref = reference(runs, sc)
@@ -340,13 +353,7 @@ def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
             g = sub[sub.policy == pol]
             x = g.set_index("seed")[sc.primary]
             common = [s for s in x.index if s in y.index]
-            p = E.paired_ratio(x[common].to_numpy(), y[common].to_numpy())
-            rows.append({"scenario": sc.key, "policy": pol, "kind": g.kind.iloc[0], "reference": ref,
-                         "metric": sc.primary, "rel": p["rel"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
-                         "seeds": p["n"], "verdict": "reference" if pol == ref else
-                         E.verdict(sc.primary, p["rel"], p["ci_low"], p["ci_high"]),
-                         "sentence": "" if pol == ref else E.describe(sc.primary, pol, ref, p)})
-    return pd.DataFrame(rows)
+            yield sc, ref, pol, g.kind.iloc[0], x[common], y[common]
 
 
 def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
@@ -356,25 +363,15 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
     from rliable import metrics as rm
 
     per: dict[str, list] = {}
-    for sc in scenarios:
-        sub = runs[runs.scenario == sc.key] if len(runs) else runs
-        ref = reference(runs, sc)
-        if ref is None:
-            continue
-        y = sub[sub.policy == ref].set_index("seed")[sc.primary]
-        ym = float(y.mean())
+    for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
+        sub = runs[(runs.scenario == sc.key) & (runs.policy == ref)]
+        ym = float(sub[sc.primary].mean())  # the reference's mean over all its seeds
         if not math.isfinite(ym) or ym == 0:
             continue
-
-        def norm(v, ym=ym, sc=sc):
-            v = np.asarray(v, dtype=float)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return v / ym if E.direction(sc.primary) > 0 else ym / v
-
-        for pol, g in sub.groupby("policy", sort=False):
-            x = g.set_index("seed")[sc.primary]
-            common = [s for s in x.index if s in y.index]
-            per.setdefault(pol, []).append((sc.key, g.kind.iloc[0], norm(x[common]), norm(y[common])))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xs, ys = (np.asarray(v, dtype=float) for v in (x, y))
+            norm = (xs / ym, ys / ym) if E.direction(sc.primary) > 0 else (ym / xs, ym / ys)
+        per.setdefault(pol, []).append((sc.key, kind, *norm))
     rows = []
     for pol, items in per.items():
         n = min(len(i[2]) for i in items)

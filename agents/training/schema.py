@@ -73,7 +73,7 @@ class EvalSchema:
 
 @dataclass
 class WandbSchema:
-    mode: str = "offline"  # offline | online | disabled (WANDB_MODE in the environment wins)
+    mode: str = "offline"  # offline | online | disabled (WANDB_MODE in the environment is a ceiling: the more private wins)
     project: str = "pdgym"
     entity: str | None = None
     group: str | None = None

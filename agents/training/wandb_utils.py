@@ -1,8 +1,9 @@
 """Weights & Biases glue: offline by default, one SB3 logger output that mirrors every record to wandb.
 
 `wandb.mode` in the train config: offline (default; files under the run directory, sync later with
-`wandb sync runs/train/.../wandb/offline-run-*`), online (needs `wandb login`), disabled. An explicit
-WANDB_MODE in the environment wins, so `WANDB_MODE=offline make run` can never go online.
+`wandb sync runs/train/.../wandb/offline-run-*`), online (needs `wandb login`), disabled. A WANDB_MODE in
+the environment is a ceiling: the more private of it and the config wins, so `WANDB_MODE=offline make run`
+can never go online, and a config that says disabled starts no wandb process whatever the environment says.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ from pdgym.envs.sim.config import ConfigError
 from stable_baselines3.common.logger import KVWriter
 
 MODES = ("offline", "online", "disabled")
+PRIVACY = ("disabled", "offline", "online")  # most private first
+
+
+def effective_mode(configured: str, environment: str | None) -> str:
+    """The more private of the config's mode and the environment's WANDB_MODE (a ceiling, when set)."""
+    environment = environment or None  # an empty WANDB_MODE is no ceiling
+    for key, value in (("wandb.mode", configured), ("WANDB_MODE (environment)", environment)):
+        if value is not None and value not in MODES:
+            raise ConfigError(f"{key}: got {value!r}; allowed: {', '.join(MODES)}")
+    return min(configured, environment, key=PRIVACY.index) if environment else configured
 
 
 def init(cfg: dict, run_dir: Path, config: dict, name: str, resume_id: str | None = None):
     """Start a wandb run (or return None when disabled); the run id is kept for resuming."""
-    mode = os.environ.get("WANDB_MODE") or cfg.get("mode", "offline")
-    if mode not in MODES:
-        raise ConfigError(f"wandb.mode: got {mode!r}; allowed: {', '.join(MODES)}")
+    mode = effective_mode(cfg.get("mode", "offline"), os.environ.get("WANDB_MODE"))
     if mode == "disabled":
         return None
     os.environ["WANDB_MODE"] = mode  # wandb reads it too (an empty value would fail its settings)
