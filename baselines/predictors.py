@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from pdgym.envs.sim.config import ConfigError, LengthConfig, WorkloadConfig
-from pdgym.envs.sim.workload import SHIPPED_TRACES, load_trace, sample_lengths, trace_path
+from pdgym.envs.sim.traces import SHIPPED_TRACES, load_trace, trace_path
+from pdgym.envs.sim.workload import sample_lengths
 
 if TYPE_CHECKING:  # pragma: no cover
     from pdgym.envs.sim import Simulator

@@ -100,7 +100,7 @@ class TraceWindow:
         self.rows: tuple[int, int, int] | None = None  # (lo, hi, n)
         if split is None or pinned or wl.arrival != "trace":
             return
-        from pdgym.envs.sim.workload import load_trace
+        from pdgym.envs.sim.traces import load_trace
 
         total = len(load_trace(wl.trace))
         lo, hi = int(splits[split]["trace_from"] * total), int(splits[split]["trace_to"] * total)

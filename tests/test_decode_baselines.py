@@ -249,7 +249,7 @@ def test_oracle_needs_the_scenario_to_grant_it():
 
 
 def test_memo_predictor_uses_the_prompt_key_and_falls_back_to_survival():
-    from pdgym.envs.sim.workload import load_trace
+    from pdgym.envs.sim.traces import load_trace
 
     cfg = tier(num=50)
     cfg["workload"] = {"num_requests": 50, "arrival": "trace", "trace": "azure_conv", "rate": 50.0}

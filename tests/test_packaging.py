@@ -45,7 +45,7 @@ def test_wheel_runs_without_the_repository(tmp_path):
         "sc = load_scenario('md1_single_slot', ['workload.num_requests=50'])\n"
         "r = s.simulate(sc.sim, b.make_policies(sc.policy), seed=0)\n"
         "assert r.summary()['finished'] == 50\n"
-        "from pdgym.envs.sim.workload import load_trace\n"
+        "from pdgym.envs.sim.traces import load_trace\n"
         "assert len(load_trace('azure_conv')) == 19366\n"
         "print('ok')\n"
     )

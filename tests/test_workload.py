@@ -10,15 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pdgym.envs.sim.config import ConfigError, LengthConfig, WorkloadConfig, WorkloadPhase
-from pdgym.envs.sim.workload import (
-    SHIPPED_TRACES,
-    Workload,
-    WorkloadWarning,
-    load_trace,
-    make_workload,
-    sample_lengths,
-    trace_path,
-)
+from pdgym.envs.sim.traces import SHIPPED_TRACES, load_trace, trace_path
+from pdgym.envs.sim.workload import Workload, WorkloadWarning, make_workload, sample_lengths
 
 N = 20_000
 

@@ -223,7 +223,7 @@ class RunOutcome:
 # --------------------------------------------------------------------------- held-out splits
 @functools.lru_cache(maxsize=8)
 def _trace_rows(trace: str) -> int:
-    from pdgym.envs.sim.workload import load_trace
+    from pdgym.envs.sim.traces import load_trace
 
     return len(load_trace(trace))
 

@@ -42,7 +42,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from pdgym.baselines.balance_route import ORDERS
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim.workload import load_trace
+from pdgym.envs.sim.traces import load_trace
 from tqdm import tqdm
 
 from .harness import Experiment, experiment

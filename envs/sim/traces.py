@@ -1,0 +1,206 @@
+"""Trace files: the shipped traces by name, and CSV traces in the Azure or the vidur format.
+
+Azure: `TIMESTAMP,ContextTokens,GeneratedTokens` (a numeric TIMESTAMP is seconds, anything else a
+date-time); vidur: `num_prefill_tokens,num_decode_tokens[,arrived_at]` (seconds). `read_trace` parses a
+file once (cached by path, size and mtime) into read-only arrays and rejects a malformed file with one
+`ConfigError` line naming the key, the line and the column; how a trace becomes a workload (windows,
+rescaling, re-drawn arrival times) is `workload.py`'s business.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from pdgym.envs.sim.validation import ConfigError, check
+
+__all__ = ["COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
+
+SHIPPED_TRACES: dict[str, str] = {
+    "azure_conv": "AzureLLMInferenceTrace_conv.csv",
+    "azure_code": "AzureLLMInferenceTrace_code.csv",
+    "splitwise_conv": "splitwise_conv.csv",
+}
+
+_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_VIDUR_COLS = ("num_prefill_tokens", "num_decode_tokens")
+_FORMATS = ("need TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or "
+            "num_prefill_tokens,num_decode_tokens[,arrived_at] (vidur)")
+# names accepted by LengthConfig.column for empirical lengths from a trace
+COLUMN_ALIASES = {
+    "prompt": "prompt", "ContextTokens": "prompt", "num_prefill_tokens": "prompt",
+    "output": "output", "GeneratedTokens": "output", "num_decode_tokens": "output",
+}
+
+
+def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.Path:
+    """Resolve a shipped trace name (azure_conv, azure_code, splitwise_conv) or a CSV path."""
+    if not isinstance(spec, (str, os.PathLike)) or str(spec) == "":
+        raise ConfigError(f"{key}: got {spec!r}; give a CSV path or a shipped name: {', '.join(SHIPPED_TRACES)}")
+    if isinstance(spec, str) and spec in SHIPPED_TRACES:
+        res = resources.files("pdgym.data").joinpath("traces", SHIPPED_TRACES[spec])
+        path = pathlib.Path(str(res))
+        check(path.is_file(), key, f"shipped trace {spec!r} is missing from the installation ({path})")
+        return path
+    s = os.fspath(spec)
+    path = pathlib.Path(s).expanduser()
+    if path.is_file():
+        return path
+    looks_like_path = (os.sep in s or "/" in s or s.startswith((".", "~"))
+                       or path.suffix.lower() in (".csv", ".gz", ".bz2", ".zip", ".xz"))
+    if path.exists():
+        raise ConfigError(f"{key}: {s!r} is not a file; give a CSV file or a shipped name: "
+                          f"{', '.join(SHIPPED_TRACES)}")
+    if looks_like_path:
+        raise ConfigError(f"{key}: file not found: {s!r} (or use a shipped name: {', '.join(SHIPPED_TRACES)})")
+    raise ConfigError(f"{key}: unknown trace {s!r}; shipped names: {', '.join(SHIPPED_TRACES)}, "
+                      "or a path to a CSV file")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A parsed trace file: read-only arrays, one entry per row."""
+
+    prompt: np.ndarray  # int64
+    output: np.ndarray  # int64
+    times: np.ndarray | None  # float64 seconds since the first row of the file, or None
+    name: str
+
+
+def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
+    vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-numeric or missing value {_plain(df[col].iloc[i])} in column {col} at line "
+                          f"{i + 2}; token counts must be integers >= 1")
+    bad = vals != np.round(vals)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-integer length {_plain(vals[i])} in column {col} at line {i + 2}; "
+                          "token counts must be integers >= 1")
+    bad = vals < 1
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: non-positive length {int(vals[i])} in column {col} at line {i + 2}; "
+                          "token counts must be integers >= 1")
+    return vals.astype(np.int64)
+
+
+def _check_times(t: np.ndarray, col: str, key: str) -> None:
+    bad = ~np.isfinite(t)
+    if bad.any():
+        raise ConfigError(f"{key}: missing or invalid time in column {col} at line {int(np.argmax(bad)) + 2}")
+    dec = np.diff(t) < 0
+    if dec.any():
+        i = int(np.argmax(dec)) + 1
+        raise ConfigError(f"{key}: timestamps decrease at line {i + 2} (column {col}); "
+                          "rows must be sorted by time")
+
+
+def _timestamp_seconds(col: pd.Series, key: str) -> np.ndarray:
+    """Azure TIMESTAMP as seconds since the first row: numbers are seconds, anything else date-times."""
+    num = pd.to_numeric(col, errors="coerce")
+    if num.notna().any() and num.notna().sum() == col.notna().sum():  # every given value is a number
+        t = num.to_numpy(dtype=np.float64, na_value=np.nan)
+        return t - t[0]
+    try:
+        ts = pd.to_datetime(col, format="mixed", utc=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ConfigError(f"{key}: cannot parse column TIMESTAMP as seconds or date-times: {_first_line(exc)}") from None
+    if ts.isna().any():
+        i = int(np.argmax(ts.isna().to_numpy()))
+        raise ConfigError(f"{key}: missing or invalid time in column TIMESTAMP at line {i + 2}")
+    return (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an exception message, cut to `limit` characters (a one-line file is one 'line')."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= limit else first[:limit] + "..."
+
+
+def _plain(v) -> str:
+    """A cell value as a user wrote it (no np.float64(...) wrappers), cut to 40 characters."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    text = "empty" if v is None or (isinstance(v, float) and math.isnan(v)) else repr(v)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+@functools.lru_cache(maxsize=16)
+def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
+    del mtime_ns, size  # cache key only: a rewritten file is read again
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{key}: empty trace {path!r} (no header, no rows)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, EOFError, OSError) as exc:
+        raise ConfigError(f"{key}: cannot read {path!r} as CSV ({type(exc).__name__}: {_first_line(exc)})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    cols = set(df.columns)
+    if all(c in cols for c in _AZURE_COLS):
+        fmt = "azure"
+    elif all(c in cols for c in _VIDUR_COLS):
+        fmt = "vidur"
+    else:
+        want = _VIDUR_COLS if (cols & set(_VIDUR_COLS)) and not (cols & set(_AZURE_COLS)) else _AZURE_COLS
+        missing = ",".join(c for c in want if c not in cols)
+        header = ",".join(df.columns)
+        header = header if len(header) <= 120 else header[:120] + "..."
+        raise ConfigError(f"{key}: missing columns {missing}; {_FORMATS}; file has {header}")
+    if len(df) == 0:
+        raise ConfigError(f"{key}: empty trace {path!r} (header only, no data rows)")
+    if fmt == "azure":
+        prompt = _int_column(df, "ContextTokens", key)
+        output = _int_column(df, "GeneratedTokens", key)
+        times = _timestamp_seconds(df["TIMESTAMP"], key)
+        _check_times(times, "TIMESTAMP", key)
+    else:
+        prompt = _int_column(df, "num_prefill_tokens", key)
+        output = _int_column(df, "num_decode_tokens", key)
+        times = None
+        if "arrived_at" in cols:
+            times = pd.to_numeric(df["arrived_at"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            _check_times(times, "arrived_at", key)
+            times = times - times[0]
+    for a in (prompt, output, times):
+        if a is not None:
+            a.setflags(write=False)
+    return Trace(prompt=prompt, output=output, times=times, name=path)
+
+
+def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
+    """The parsed trace of a shipped name or a CSV path (parsed once per file version)."""
+    path = trace_path(spec, key)
+    st = path.stat()
+    return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
+
+
+def load_trace(spec: str | os.PathLike, offset: int = 0, limit: int | None = None,
+               key: str = "workload.trace") -> pd.DataFrame:
+    """Read a trace (Azure or vidur format) into columns arrival_s, prompt, output.
+
+    `arrival_s` is float seconds since the first returned row (NaN everywhere if the trace has no
+    times); `prompt` / `output` are int64. Rows `offset` .. `offset + limit` (all remaining if limit is
+    None). Parsed files are cached (keyed by path, size and mtime).
+    """
+    tr = read_trace(spec, key)
+    n_all = tr.prompt.shape[0]
+    check(int(offset) >= 0, key, f"offset {offset} must be >= 0")
+    check(int(offset) < n_all, key, f"offset {offset} is past the end of the trace ({n_all} rows)")
+    check(limit is None or int(limit) >= 1, key, f"limit {limit} must be >= 1 (or None for all rows)")
+    sl = slice(int(offset), n_all if limit is None else int(offset) + int(limit))
+    prompt, output = tr.prompt[sl].copy(), tr.output[sl].copy()
+    if tr.times is None:
+        arrival = np.full(prompt.shape[0], np.nan)
+    else:
+        arrival = tr.times[sl] - tr.times[sl][0]
+    return pd.DataFrame({"arrival_s": arrival, "prompt": prompt, "output": output})
