@@ -55,7 +55,7 @@ from .registry import register
 from .routers import LoadOrder, active_arrays, pool_arrays
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pdgym.envs.sim import Simulator
+    from pdgym.envs.sim.view import SimView
 
 ORDERS = ("length", "arrival")
 
@@ -180,17 +180,17 @@ class _BalanceRoute(DecodeRouter):
     def _beta(self, d) -> float:
         return float(d.dp - 1) if self.beta is None else self.beta
 
-    def projection(self, sim: Simulator, inst: int) -> np.ndarray:
+    def projection(self, sim: SimView, inst: int) -> np.ndarray:
         """L_w(t+h), an N x H int64 array; BR-0: today's loads."""
         return sim.decode[inst].kv[:, None].copy()
 
-    def admitted(self, sim: Simulator, rid: int) -> None:
+    def admitted(self, sim: SimView, rid: int) -> None:
         """Hook: `rid` was just admitted by this router."""
 
-    def reset(self, sim: Simulator) -> None:
+    def reset(self, sim: SimView) -> None:
         self._order = LoadOrder()
 
-    def route(self, sim: Simulator, inst: int) -> None:
+    def route(self, sim: SimView, inst: int) -> None:
         """One round. Stage 2 reads only its window: the K oldest pool entries (`islice` of the pool) or
         the K heaviest (`LoadOrder`); Stage 1 scores the whole pool, as the algorithm says, and builds
         the pool arrays only when it runs (more than `stage1_free` of the slots free)."""

@@ -22,7 +22,7 @@ from .registry import register
 from .routers import LoadOrder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pdgym.envs.sim import Simulator
+    from pdgym.envs.sim.view import SimView
 
 
 def _quartiles(x: np.ndarray) -> tuple[float, float]:
@@ -59,7 +59,7 @@ class IQRRouter(DecodeRouter):
     def reset(self, sim):
         self._order = LoadOrder()
 
-    def route(self, sim: Simulator, inst: int) -> None:
+    def route(self, sim: SimView, inst: int) -> None:
         """Requests heaviest first; one that fits no free unit is passed over, so the next admission is
         the heaviest request that fits the largest free room, found by bisection (`LoadOrder`)."""
         d = sim.decode[inst]

@@ -36,7 +36,7 @@ from pdgym.envs.sim.traces import SHIPPED_TRACES, load_trace, trace_path
 from pdgym.envs.sim.workload import sample_lengths
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pdgym.envs.sim import Simulator
+    from pdgym.envs.sim.view import SimView
 
 KINDS = ("oracle", "survival", "memo")
 # Shipped traces that hold the same requests (splitwise_conv is azure_conv reformatted by vidur).
@@ -153,11 +153,11 @@ class Predictor:
 
     kind = "base"
 
-    def bind(self, sim: Simulator, horizon: int) -> None:
+    def bind(self, sim: SimView, horizon: int) -> None:
         """Called at the router's reset: check access rules, fit on the training split, build tables."""
         self.horizon = int(horizon)
 
-    def window(self, sim: Simulator, rids: np.ndarray, age: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def window(self, sim: SimView, rids: np.ndarray, age: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P, mu) for requests `rids` that have produced `age` tokens each."""
         raise NotImplementedError
 

@@ -25,19 +25,19 @@ from sortedcontainers import SortedList
 from .registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pdgym.envs.sim import Simulator
     from pdgym.envs.sim.decode import DecodeInstance
+    from pdgym.envs.sim.view import SimView
 
 
 # --------------------------------------------------------------------------- shared state views
-def pool_arrays(sim: Simulator) -> tuple[np.ndarray, np.ndarray]:
+def pool_arrays(sim: SimView) -> tuple[np.ndarray, np.ndarray]:
     """Pool request ids in arrival order and their loads (prompt + tokens produced: the KV they bring)."""
     rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
     req = sim.req
     return rids, req.prompt[rids] + req.done[rids]
 
 
-def pool_in_order(sim: Simulator, chunk: int = 16):
+def pool_in_order(sim: SimView, chunk: int = 16):
     """Pool request ids in arrival (pool) order, read a few at a time: the caller may admit (remove)
     each id it is given, and a caller that stops early has read only about what it used. Reading
     resumes after the ids given so far that are still pooled, so the cost is O(ids read)."""
@@ -67,7 +67,7 @@ class LoadOrder:
     def __init__(self):
         self._pool = None
 
-    def sync(self, sim: Simulator) -> None:
+    def sync(self, sim: SimView) -> None:
         """Index the entries that entered the pool since the last call."""
         if sim.pool is not self._pool:
             self._pool, self.keys, self._seen, self._seq = sim.pool, SortedList(), {}, 0
@@ -88,7 +88,7 @@ class LoadOrder:
         self._seq = seq
         self.keys.update(entries)
 
-    def at(self, sim: Simulator, i: int) -> tuple | None:
+    def at(self, sim: SimView, i: int) -> tuple | None:
         """The first entry at or after position i that is still pooled (dropping those that are not)."""
         keys, pool, seen = self.keys, sim.pool, self._seen
         while i < len(keys):
@@ -98,12 +98,12 @@ class LoadOrder:
             del keys[i]
         return None
 
-    def first_fitting(self, sim: Simulator, room: int) -> tuple[int, tuple | None]:
+    def first_fitting(self, sim: SimView, room: int) -> tuple[int, tuple | None]:
         """Position and entry of the heaviest pooled request with load <= room (earliest on ties)."""
         i = self.keys.bisect_left((-room, -1))
         return i, self.at(sim, i)
 
-    def head(self, sim: Simulator, k: int) -> list[tuple]:
+    def head(self, sim: SimView, k: int) -> list[tuple]:
         """The k heaviest pooled entries."""
         out, i = [], 0
         while len(out) < k and (e := self.at(sim, i)) is not None:
@@ -116,7 +116,7 @@ class LoadOrder:
         self.keys.remove(e)
 
 
-def active_arrays(sim: Simulator, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def active_arrays(sim: SimView, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Active requests of decode instance `inst`: ids, workers and tokens produced so far (their age).
 
     `req.done` of an active request is only refreshed at finish or preemption; the live count is
@@ -138,7 +138,7 @@ def feasible(d: DecodeInstance, load: int) -> np.ndarray:
 class _FCFSRouter(DecodeRouter):
     """Admit the pool in arrival order; subclasses pick one worker among the feasible ones."""
 
-    def route(self, sim: Simulator, inst: int) -> None:
+    def route(self, sim: SimView, inst: int) -> None:
         d = sim.decode[inst]
         prompt, done = sim.req.prompt, sim.req.done
         any_free = bool((d.batch < d.batch_limit).any())
@@ -157,7 +157,7 @@ class _FCFSRouter(DecodeRouter):
             else:
                 too_big = load
 
-    def pick(self, sim: Simulator, d: DecodeInstance, cand: np.ndarray) -> int:
+    def pick(self, sim: SimView, d: DecodeInstance, cand: np.ndarray) -> int:
         raise NotImplementedError
 
 

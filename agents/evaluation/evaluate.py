@@ -77,7 +77,7 @@ def run_metrics(res: SimResult, pool: np.ndarray | None = None) -> dict:
     good = (fin.ttft <= res.slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= res.slo.tpot_s))
     m["slo_attainment"] = float(good.sum()) / max(len(r), 1)
     st = res.steps
-    dec = st[st.kind == 1] if (st.kind == 1).any() else st[st.kind == 2]
+    dec = st[st.kind == PassKind.DECODE] if (st.kind == PassKind.DECODE).any() else st[st.kind == PassKind.COLOCATED]
     m["batch_mean"] = float((dec.reqs * dec.dur).sum() / dec.dur.sum()) if len(dec) and dec.dur.sum() > 0 \
         else math.nan
     m["pool_mean"] = m["pool_empty_frac"] = math.nan

@@ -57,9 +57,7 @@ def with_workload(sim_cfg, **changes):
 
 @experiment
 def run(exp: Experiment) -> dict:
-    p = exp.p
-    seed = exp.seed
-    base = exp.sim
+    p, seed, base = exp.p, exp.seed, exp.sim
     trace = base.workload.trace
     knee_t = knee(base, p, seed)
     long_t = None

@@ -67,9 +67,7 @@ def sweep(sim_cfg, thetas, extra: float, seed: int) -> tuple[dict, float]:
 
 @experiment
 def run(exp: Experiment) -> dict:
-    p = exp.p
-    seed = exp.seed
-    base = exp.sim
+    p, seed, base = exp.p, exp.seed, exp.sim
     trace = base.workload.trace
     probe = Simulator(case_config(base, 64, 64, None), None, seed)
     mu_l, mu_o_trace = mean_lengths(base, seed)
