@@ -22,7 +22,6 @@ import types
 from collections.abc import Callable, Mapping
 
 import numpy as np
-from scipy.optimize import nnls
 
 from .config import CostConfig, InstanceConfig
 from .hardware import HardwareProfile
@@ -357,6 +356,8 @@ def linear_coefficients(cost: CostModel, mean_prompt: float, mean_ctx: float) ->
 
 
 def _nnls(x: np.ndarray, y) -> list[float]:
+    from scipy.optimize import nnls  # lazy: scipy costs ~1.4 s of import and only this fitting path needs it
+
     scale = np.abs(x).max(axis=0)  # columns span 1 .. 1e4: rescale for a well-conditioned solve
     coef, _ = nnls(x / scale, np.asarray(y, dtype=float))
     return [float(c) for c in coef / scale]
@@ -384,6 +385,18 @@ def kv_capacity_tokens(hw: HardwareProfile, model: ModelProfile, inst: InstanceC
 def kv_transfer_time(tokens: float, hw: HardwareProfile, model: ModelProfile, link: str,
                      base_s: float) -> float:
     """Seconds to move `tokens` tokens of KV cache over one device's `link` (scaleout | scaleup)."""
+    return kv_transfer_fn(hw, model, link, base_s)(tokens)
+
+
+def kv_transfer_fn(hw: HardwareProfile, model: ModelProfile, link: str,
+                   base_s: float) -> Callable[[float], float]:
+    """`kv_transfer_time` with the link checked and its bandwidth resolved once: the engine calls the
+    returned function once per finished prefill (same arithmetic, so the same floats)."""
     check_choice(link, "cluster.kv_link", ("scaleout", "scaleup"))
     bw = hw.scaleout_bw if link == "scaleout" else hw.scaleup_bw
-    return base_s + tokens * model.kv_bytes_per_token / bw
+    kvb = model.kv_bytes_per_token
+
+    def transfer(tokens: float) -> float:
+        return base_s + tokens * kvb / bw
+
+    return transfer

@@ -22,7 +22,7 @@ import numpy as np
 from . import requests as R
 from .colocated import ColocatedInstance
 from .config import ConfigError, SimConfig, sim_config
-from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_time
+from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
 from .decode import DecodeInstance
 from .events import EventKind, PassKind
 from .faults import FaultInjector
@@ -131,8 +131,7 @@ class Simulator:
         for inst in self.prefill[p.count:]:
             inst.up = False
         self._check_fits(kv_cap, "cluster.decode.kv_capacity_tokens")
-        link = cl.kv_link
-        self._transfer = lambda tokens: kv_transfer_time(tokens, hw, model, link, cl.kv_transfer_base_s)
+        self._transfer = kv_transfer_fn(hw, model, cl.kv_link, cl.kv_transfer_base_s)
 
     def _build_colocated(self) -> None:
         c = self.cfg.cluster.colocated

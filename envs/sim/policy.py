@@ -14,9 +14,10 @@ run resumes, so the agent's actions take effect before the engine moves on.
 
 from __future__ import annotations
 
+from bisect import insort
 from dataclasses import dataclass, field
-
-import numpy as np
+from heapq import heapify, heappop, heapreplace
+from itertools import islice
 
 from .view import SimView
 
@@ -119,16 +120,78 @@ class LeastLoadedAdmission(DecodeRouter):
     name = "least_loaded"
 
     def route(self, sim: SimView, inst: int) -> None:
+        # Same decisions as: for each pooled request in order, the first worker of least KV among those
+        # with a free slot and room for its load (np.argmin over np.where(ok, kv, inf)); the round ends
+        # when no worker has a free slot. Kept in plain Python, O(what it admits or passes over):
+        # `order` holds (kv, worker) of the workers with a free slot, as a heap (one KV capacity: its top
+        # fits or no worker does) or sorted (else: its first entry with room), so the pick is the
+        # least-KV feasible worker with the lowest index on ties (argmin's first minimum);
+        # the pool is read lazily (`_pool_in_order`), not copied; and since KV and batches only grow
+        # within a round, a request at least as large as one that fit nowhere is passed over at once.
         d = sim.decode[inst]
-        for rid in list(sim.pool):
-            load = sim.req.load(rid)
-            ok = (d.batch < d.batch_limit) & (d.kv + load <= d.kv_cap)
-            if not ok.any():
-                if not (d.batch < d.batch_limit).any():
-                    return
+        limit = d.batch_limit
+        batch = d.batch.tolist()
+        kv = d.kv.tolist()
+        order = [(k, w) for w, (k, b) in enumerate(zip(kv, batch)) if b < limit]
+        if not order:
+            return
+        cap = d.kv_cap.tolist()
+        load_of = sim.req.load
+        too_big = None  # least load that fit no worker this round
+        if cap.count(cap[0]) == len(cap):
+            # One capacity: the least-KV worker with a slot (the heap's top) fits, or none does.
+            c = cap[0]
+            heapify(order)
+            for rid in _pool_in_order(sim):
+                load = load_of(rid)
+                if too_big is not None and load >= too_big:
+                    continue
+                k, w = order[0]
+                if k + load > c:
+                    too_big = load
+                    continue
+                sim.admit(rid, inst, w)
+                batch[w] += 1
+                if batch[w] < limit:
+                    heapreplace(order, (k + load, w))
+                else:
+                    heappop(order)
+                    if not order:
+                        return
+            return
+        order.sort()
+        for rid in _pool_in_order(sim):
+            load = load_of(rid)
+            if too_big is not None and load >= too_big:
                 continue
-            w = int(np.argmin(np.where(ok, d.kv, np.iinfo(np.int64).max)))
+            for i, (k, w) in enumerate(order):  # noqa: B007 (i is used after the loop)
+                if k + load <= cap[w]:
+                    break
+            else:
+                too_big = load
+                continue
             sim.admit(rid, inst, w)
+            del order[i]
+            batch[w] += 1
+            if batch[w] < limit:
+                insort(order, (k + load, w))
+            elif not order:
+                return
+
+
+def _pool_in_order(sim: SimView, chunk: int = 16):
+    """Pool ids in pool (arrival) order, read a few at a time, for a caller that removes from the pool
+    only ids it was given (by admitting them): O(ids read), not a copy of the pool
+    (the engine-side twin of baselines.routers.pool_in_order)."""
+    start = 0
+    while True:
+        ids = list(islice(sim.pool, start, start + chunk))
+        if not ids:
+            return
+        yield from ids
+        pool = sim.pool
+        start += sum(1 for rid in ids if rid in pool)
+        chunk *= 2
 
 
 class MixedBatching(BatchingPolicy):

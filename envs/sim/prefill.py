@@ -81,7 +81,8 @@ class PrefillInstance:
         if self.dp_dispatch == "round_robin":
             self.rr_unit = (self.rr_unit + 1) % self.dp
             return (self.rr_unit - 1) % self.dp
-        return int(np.argmin(self.load_tokens()))
+        load = self.load_tokens().tolist()  # min + index over a short list beats np.argmin; same first minimum
+        return load.index(min(load))
 
     def load_tokens(self) -> np.ndarray:
         """Tokens each DP unit still has to process (wire + queue + current pass)."""
