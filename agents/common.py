@@ -313,6 +313,81 @@ def app_help(app: str, config_name: str, doc: str) -> str:
     return "\n".join(lines)
 
 
+# Hydra plugins an option of conf/hydra/{sweeper,launcher} may need: module -> how to install it.
+PLUGIN_INSTALL = {
+    "hydra_plugins.hydra_optuna_sweeper": "pip install 'pdgym[optuna]'",
+    "hydra_plugins.hydra_submitit_launcher": "pip install 'pdgym[launchers]'",
+    "hydra_plugins.hydra_joblib_launcher": "pip install hydra-joblib-launcher",
+    "hydra_plugins.hydra_ray_launcher": "pip install hydra-ray-launcher (not a pdgym extra: docs/agents.md)",
+}
+
+
+# Hydra options (hydra/sweeper=NAME, hydra/launcher=NAME, or a `defaults` entry of ours) -> plugin module.
+PLUGIN_OPTIONS = {
+    "optuna": "hydra_plugins.hydra_optuna_sweeper", "submitit_local": "hydra_plugins.hydra_submitit_launcher",
+    "submitit_slurm": "hydra_plugins.hydra_submitit_launcher",
+    "joblib": "hydra_plugins.hydra_joblib_launcher",
+    "ray": "hydra_plugins.hydra_ray_launcher", "ray_aws": "hydra_plugins.hydra_ray_launcher",
+}
+
+
+def _plugin_modules(kind: str, choice: str) -> list[str]:
+    """Plugin modules a `hydra/KIND=CHOICE` option needs: our conf/hydra/KIND/CHOICE.yaml's `_target_` and
+    `defaults`, or the plugin's own option name."""
+    path = importlib.resources.files("pdgym.conf").joinpath("hydra", kind, f"{choice}.yaml")
+    if not path.is_file():
+        return [PLUGIN_OPTIONS[choice]] if choice in PLUGIN_OPTIONS else []
+    try:
+        node = OmegaConf.create(path.read_text())
+    except Exception:  # noqa: BLE001 - Hydra reports a broken file itself
+        return []
+    mods = [PLUGIN_OPTIONS[str(d)] for d in (node.get("defaults") or []) if str(d) in PLUGIN_OPTIONS]
+    target = str(node.get("_target_") or "")
+    if target.startswith("hydra_plugins."):
+        mods.append(target.rpartition(".")[0])
+    return mods
+
+
+def check_plugin_choices(argv: list[str], app: str) -> None:
+    """Fail with one line if an override picks a sweeper / launcher whose Hydra plugin is not installed
+    (before composing: Hydra would fail there, or later with "Unknown plugin class", over many lines)."""
+    for arg in argv:
+        key, _, choice = arg.lstrip("+").partition("=")
+        if key not in ("hydra/sweeper", "hydra/launcher") or not choice or "," in choice:
+            continue
+        for module in _plugin_modules(key.split("/")[1], choice):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                how = next((v for k, v in PLUGIN_INSTALL.items() if module.startswith(k)), "install the plugin")
+                fail(app, f"{key}={choice}: needs the Hydra plugin {module.split('.')[1]}, which is not installed; "
+                          f"{how}")
+
+
+def check_plugins(app: str) -> None:
+    """Fail with one line if the composed multirun's sweeper or launcher is a plugin that is not installed.
+
+    Hydra would say "Unknown plugin class" in a traceback, exit 1. Reads the config `compose_checked`
+    left in HydraConfig.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    for kind in ("sweeper", "launcher"):
+        target = str(OmegaConf.select(hc, f"{kind}._target_") or "")
+        module, _, cls = target.rpartition(".")
+        if not module:
+            continue
+        try:
+            found = hasattr(importlib.import_module(module), cls)
+        except ImportError:
+            found = False
+        if not found:
+            choice = hc.runtime.choices.get(f"hydra/{kind}", "?")
+            how = next((v for k, v in PLUGIN_INSTALL.items() if module.startswith(k)), "install the plugin")
+            fail(app, f"hydra/{kind}={choice}: the Hydra plugin {target} is not installed; {how}")
+
+
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
               rewrite_argv: Callable[[list[str]], list[str]] | None = None) -> Callable:
     """Decorator: the task function `fn(cfg)` becomes `main(argv=None)`, the app's entry point.
@@ -340,6 +415,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
                 raise SystemExit(0)
             check_group_choices(overrides, app)
+            check_plugin_choices(overrides, app)
             multirun = any(f in ("-m", "--multirun") for f in flags)
             if not set(flags) - {"-m", "--multirun"} or flags in (["--cfg", "job"], ["-c", "job"]):
                 for job in (sweep_jobs(overrides) if multirun else [overrides]):
@@ -349,6 +425,10 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                             validate(cfg)
                         except ConfigError as exc:
                             fail(app, f"{exc} (job {' '.join(job)})" if multirun else str(exc))
+                        except FileNotFoundError as exc:
+                            fail(app, f"file not found: {exc.filename or exc}")
+                    if multirun:
+                        check_plugins(app)
 
             def task(cfg: DictConfig) -> Any:
                 target = getattr(importlib.import_module(mod), name)

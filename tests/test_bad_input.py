@@ -76,6 +76,16 @@ OTHERS = [
     ("pdgym-train", ["agent=nope"], "agent"), ("pdgym-train", ["env=nope"], "env"),
     ("pdgym-train", ["agent.kwargs.bogus_arg=1"], "agent.kwargs.bogus_arg"),
     ("pdgym-leaderboard", ["preset=nope"], "preset"),
+    # semantic checks of the app (its validate hook, before Hydra creates the run folder)
+    ("pdgym-eval", ["policy="], "policy: missing"), ("pdgym-eval", [], "policy: missing"),
+    ("pdgym-eval", ["policy=jsq", "show=[bogus_metric]"], "bogus_metric"),
+    ("pdgym-eval", ["policy=jsq", "split=holdout"], "split"), ("pdgym-eval", ["policy=jsq", "seeds=[-1]"], "seeds"),
+    ("pdgym-eval", ["policy=jsq", "budget_s=0"], "budget_s"), ("pdgym-eval", ["policy=no_such_policy"], "no_such_policy"),
+    ("pdgym-eval", ["policy=/no/such/model.zip"], "/no/such/model.zip"),
+    ("pdgym-leaderboard", ["split=holdout"], "split"), ("pdgym-leaderboard", ["agents=[/nonexistent/run]"], "agents"),
+    ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),
+    ("pdgym-leaderboard", ["metrics=[bogus]"], "bogus"), ("pdgym-leaderboard", ["n_jobs=0"], "n_jobs"),
+    ("pdgym-leaderboard", ["seeds=[0,0]"], "seeds"),
 ]
 CASES = [("pdgym-sim", a, k) for a, k in SIM] + [("pdgym-repro", a, k) for a, k in REPRO] + OTHERS
 
@@ -99,7 +109,74 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, monkeyp
     assert len(lines) == 1, err
     assert lines[0].startswith(f"{app}: error: ") and key in lines[0], lines[0]
     assert "Traceback" not in err and "np.float64" not in err
+    assert not (tmp_path / "run").exists(), "bad input created the run folder"
     assert os.listdir(tmp_path) == [], "bad input created files or a run folder"
+
+
+# A sweeper / launcher whose Hydra plugin is missing: one line naming the plugin and what to install.
+# (app, argv, plugin module hidden as if not installed (None: really absent), text the line must contain)
+PLUGINS = [
+    ("pdgym-train", ["hydra/sweeper=optuna_ppo", "agent=maskable_ppo"], "hydra_plugins.hydra_optuna_sweeper",
+     "pip install 'pdgym[optuna]'"),
+    ("pdgym-sim", ["hydra/launcher=submitit_local", "seed=0,1"], "hydra_plugins.hydra_submitit_launcher",
+     "pip install 'pdgym[launchers]'"),
+    ("pdgym-train", ["hydra/launcher=submitit_slurm", "seed=0,1"], "hydra_plugins.hydra_submitit_launcher",
+     "pip install 'pdgym[launchers]'"),
+    ("pdgym-train", ["hydra/launcher=slurm", "seed=0,1"], "hydra_plugins.hydra_submitit_launcher",
+     "pip install 'pdgym[launchers]'"),
+    ("pdgym-eval", ["hydra/launcher=ray", "policy=jsq,br0"], None, "hydra-ray-launcher"),
+]
+
+
+@pytest.mark.parametrize("case", PLUGINS, ids=[f"{c[0]}:{c[1][0]}" for c in PLUGINS])
+def test_missing_hydra_plugin_is_one_line_exit_2(case, tmp_path, monkeypatch, capsys):
+    app, argv, hide, want = case
+    if hide is None:
+        try:
+            importlib.import_module("hydra_plugins.hydra_ray_launcher")
+            pytest.skip("hydra-ray-launcher is installed")
+        except ImportError:
+            pass
+    else:
+        monkeypatch.setitem(__import__("sys").modules, hide, None)  # import now fails: as if not installed
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(APPS[app]).main
+    with pytest.raises(SystemExit) as exc:
+        main(["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"{app}: error: ") and want in lines[0] and argv[0] in lines[0], lines[0]
+    assert "Traceback" not in err and "Unknown plugin class" not in err
+    assert os.listdir(tmp_path) == [], "a missing plugin created files or a sweep folder"
+
+
+# The plugin installed but misconfigured: still one line, exit 2, nothing written (skipped without the plugin).
+MISCONFIGURED = [
+    ("pdgym-train", ["hydra/sweeper=optuna_ppo", "hydra.sweeper.n_trials=abc"], "hydra_optuna_sweeper",
+     "hydra.sweeper.n_trials"),
+    ("pdgym-train", ["hydra/sweeper=optuna_ppo", "hydra.sweeper.bogus=1"], "hydra_optuna_sweeper",
+     "hydra.sweeper.bogus"),
+    ("pdgym-sim", ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=abc", "seed=0,1"],
+     "hydra_submitit_launcher", "hydra.launcher.timeout_min"),
+    ("pdgym-sim", ["hydra/launcher=submitit_local", "hydra.launcher.bogus=1", "seed=0,1"],
+     "hydra_submitit_launcher", "hydra.launcher.bogus"),
+]
+
+
+@pytest.mark.parametrize("case", MISCONFIGURED, ids=[f"{c[0]}:{c[1][1]}" for c in MISCONFIGURED])
+def test_misconfigured_hydra_plugin_is_one_line_exit_2(case, tmp_path, monkeypatch, capsys):
+    app, argv, plugin, key = case
+    pytest.importorskip(f"hydra_plugins.{plugin}")
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(APPS[app]).main
+    with pytest.raises(SystemExit) as exc:
+        main(["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"{app}: error: ") and key in lines[0], lines[0]
+    assert os.listdir(tmp_path) == [], "a misconfigured plugin created files or a sweep folder"
 
 
 def test_at_least_sixty_cases_over_every_cli():

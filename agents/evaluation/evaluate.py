@@ -557,11 +557,32 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
             for a in argv]
 
 
+def validate(cfg) -> None:
+    """The checks of `_app` that need no run, done before Hydra creates the run folder (agents/common.hydra_cli):
+    policy, seeds, split, show, budget_s and the configured baselines."""
+    from pdgym.agents.common import to_container
+
+    data = to_container(cfg)
+    if data.get("eval_policy") in (None, "???", ""):
+        raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+    seeds = data.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                           for s in seeds):
+        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    splits = data.get("splits") or {}
+    if data.get("split") is not None and data["split"] not in splits:
+        raise ConfigError(f"split: got {data['split']!r}; allowed: {', '.join(splits)}, null")
+    check_metric_names("show", data.get("show"))
+    check_budget("budget_s", data.get("budget_s"))
+    cand = resolve(data["eval_policy"], data.get("point"))
+    check_policies({k: v for k, v in dict(data.get("policy") or {}).items() if k != cand.point})
+
+
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-eval: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
+    """pdgym-eval: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    hydra_cli("pdgym-eval", "eval", rewrite_argv=alias_policy_argv)(_app)(argv)
+    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv)(_app)(argv)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import html
 import json
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -44,12 +43,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pdgym.agents.common import check_label
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
-LABEL_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
          "wall_time_s": "s", "throughput_tok_s": "tok/s", "total_tok_s": "tok/s", "rps": "req/s",
          "goodput_rps": "req/s", "imbalance": "KV tokens", "pool_mean": "requests", "finished": "requests",
@@ -68,13 +67,6 @@ def unit(metric: str) -> str:
 def with_unit(metric: str) -> str:
     u = unit(metric)
     return f"{metric} ({u})" if u else metric
-
-
-def check_label(key: str, label: Any) -> str:
-    """A user label that becomes a file or folder name: letters, digits, `_ - .`, no `..`, no separator."""
-    if not isinstance(label, str) or not LABEL_RE.match(label) or ".." in label:
-        raise ConfigError(f"{key}: got {label!r}; a label is letters, digits, '_', '-', '.' (no '..', no '/')")
-    return label
 
 
 @dataclass
@@ -119,7 +111,7 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
     for key, s in spec.items():
         if s is None:  # a preset removes a scenario by setting it to null
             continue
-        check_label(f"scenarios.{key}", key)
+        check_label(key, f"scenarios.{key}")
         s = dict(s)
         for k in s:
             if k not in allowed:
@@ -139,7 +131,7 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
         for h in s.get("headroom") or []:
             if not isinstance(h, dict) or "label" not in h or "name" not in h:
                 raise ConfigError(f"scenarios.{key}.headroom: entry {h!r} needs label and name")
-            check_label(f"scenarios.{key}.headroom.label", h["label"])
+            check_label(h["label"], f"scenarios.{key}.headroom.label")
         s["regime"] = dict(s.get("regime") or {})
         s["headroom"] = list(s.get("headroom") or [])
         out.append(BoardScenario(key=key, **s))
@@ -806,13 +798,13 @@ def check_config(cfg: dict) -> dict:
     for a in cfg.get("agents") or []:
         if not isinstance(a, dict) or set(a) - {"label", "path", "scenarios"} or "label" not in a or "path" not in a:
             raise ConfigError(f"agents: entry {a!r} must be {{label, path, scenarios (optional)}}")
-        labels.append(check_label("agents.label", a["label"]))
+        labels.append(check_label(a["label"], "agents.label"))
         if not Path(str(a["path"])).exists():
             raise ConfigError(f"agents.{a['label']}.path: {a['path']} does not exist")
     for e in cfg.get("train") or []:
         if not isinstance(e, dict) or "label" not in e or set(e) - {"label", "overrides", "scenarios"}:
             raise ConfigError(f"train: entry {e!r} must be {{label, overrides, scenarios (optional)}}")
-        labels.append(check_label("train.label", e["label"]))
+        labels.append(check_label(e["label"], "train.label"))
     if len(set(labels)) != len(labels):
         raise ConfigError(f"agents / train: duplicate labels in {labels}")
     scenarios = board_scenarios(cfg.get("scenarios") or {})
@@ -955,11 +947,19 @@ def _app_task(cfg) -> dict:
     return build(to_container(cfg))
 
 
+def validate(cfg) -> None:
+    """`check_config` before Hydra creates the run folder (agents/common.hydra_cli): seeds, split, n_jobs,
+    metrics, budget_s, agents / train entries, and every scenario composed once."""
+    from pdgym.agents.common import to_container
+
+    check_config(to_container(cfg))
+
+
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-leaderboard: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
+    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    hydra_cli("pdgym-leaderboard", "leaderboard")(_app_task)(argv)
+    hydra_cli("pdgym-leaderboard", "leaderboard", validate=validate)(_app_task)(argv)
 
 
 if __name__ == "__main__":
