@@ -1,0 +1,254 @@
+"""`pdgym-enjoy`: watch one policy run one episode of a scenario (rl-baselines3-zoo's `enjoy`).
+
+    pdgym-enjoy policy=RUN_DIR_OR_BASELINE scenario=NAME workload.num_requests=40 every=2 hydra.run.dir=DIR
+
+The policy is resolved as pdgym-eval resolves it (a pdgym-train run directory or model zip, or a baseline
+name); the episode runs in the Gymnasium env of its decision point (render_mode "rgb_array"), a trained
+agent through its saved network, a baseline through the env's `teacher_action` (the action that does
+what the baseline would do; prefill and decode baselines). Every `every`-th decision, up to `max_frames`
+(the episode's last state always among them), the cluster is drawn. DIR receives frames/frame_NNNN.png,
+episode.gif (Pillow, which matplotlib brings), episode.txt (the same decisions as "ansi" text) and
+summary.json (episode return, decisions, requests resolved), each written to a temporary name and renamed;
+summary.json comes last. `max_steps` bounds the episode, so an agent that holds forever still ends.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+from pdgym.agents.evaluation import evaluate as E
+from pdgym.envs.sim.config import ConfigError
+
+APP = "pdgym-enjoy"
+FRAMES = "frames"
+
+
+def _int(data: dict, key: str, lo: int) -> int:
+    v = data.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ConfigError(f"{key}: got {v!r}; must be an integer >= {lo}")
+    return v
+
+
+def settings(data: dict) -> dict:
+    """The checked settings of a composed conf/enjoy.yaml (one-line ConfigError otherwise)."""
+    if data.get("enjoy_policy") in (None, "???", ""):
+        raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+    split_name = data.get("split")
+    if split_name is not None and split_name not in data["splits"]:
+        raise ConfigError(f"split: got {split_name!r}; allowed: {', '.join(data['splits'])}, null")
+    fps = data.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 60):
+        raise ConfigError(f"fps: got {fps!r}; must be a number in (0, 60]")
+    if not isinstance(data.get("gif"), bool):
+        raise ConfigError(f"gif: got {data.get('gif')!r}; must be true or false")
+    return {"index": _int(data, "index", 0), "every": _int(data, "every", 1), "max_frames": _int(data, "max_frames", 1),
+            "max_steps": _int(data, "max_steps", 1), "batch": _int(data, "batch", 1), "fps": float(fps),
+            "gif": data["gif"], "split": data["splits"][split_name] if split_name else None, "split_name": split_name}
+
+
+def candidate(data: dict) -> E.Candidate:
+    """The policy under test (E.resolve), refused up front if the env cannot replay it."""
+    cand = E.resolve(str(data["enjoy_policy"]) if not isinstance(data["enjoy_policy"], dict) else data["enjoy_policy"],
+                     data.get("point"))
+    if cand.kind == "baseline":
+        from pdgym.envs.base import PdgymEnv
+
+        mod = _env_module(cand)
+        cls = next(c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, PdgymEnv)
+                   and c is not PdgymEnv and getattr(c, "ENV_ID", None) == mod.ENV_ID)
+        if not hasattr(cls, "teacher_action"):
+            raise ConfigError(f"policy: {cand.label!r} is a {cand.point} baseline, and {mod.ENV_ID} cannot replay "
+                              "baselines (no teacher_action); give a trained run, or run it with pdgym-sim")
+    return cand
+
+
+def _env_module(cand: E.Candidate):
+    from pdgym.envs.sim.points import POINTS
+
+    env_id = cand.agent.meta["env_id"] if cand.agent is not None else POINTS[cand.point].env_id
+    return E.env_module(env_id)
+
+
+def validate(cfg) -> None:
+    """Before Hydra makes a run folder: settings, the policy and the other points' baselines."""
+    from pdgym.agents.common import sim_config_from, to_container
+
+    data = to_container(cfg)
+    settings(data)
+    cand = candidate(data)
+    E.check_policies({k: v for k, v in (data.get("policy") or {}).items() if k != cand.point})
+    sim_config_from(data)
+
+
+def make_env(data: dict, cand: E.Candidate, split: dict | None, index: int):
+    """(the env of the candidate's point on the composed scenario, with run `index`'s split segment, seed)."""
+    from pdgym.agents.common import SIM_KEYS
+
+    raw, seed = E.apply_split(data, split, index)
+    if cand.kind == "agent" and not math.isfinite(float(raw.get("max_sim_time_s", math.inf))):
+        raw = dict(raw, max_sim_time_s=E.agent_horizon(raw["workload"]))
+    if cand.agent is not None:  # the agent's own env options (observation code, baselines elsewhere)
+        kwargs = {k: v for k, v in cand.agent.meta["env_kwargs"].items() if k not in ("scenario", "overrides")}
+    else:
+        kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point}
+    config = {k: raw[k] for k in SIM_KEYS if k in raw}
+    env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
+                                     render_mode="rgb_array", **kwargs)
+    return env, seed
+
+
+def _render(env, mode: str):
+    env.render_mode = mode  # the same view as text or as an image (envs/render.py)
+    try:
+        return env.render()
+    finally:
+        env.render_mode = "rgb_array"
+
+
+def _write_png(path: Path, img: np.ndarray) -> None:
+    import matplotlib.image as mpimg
+
+    mpimg.imsave(path, img, format="png")
+
+
+def _write_gif(path: Path, frames: list[np.ndarray], fps: float) -> bool:
+    try:
+        from PIL import Image
+    except ImportError:  # Pillow comes with matplotlib; without it, no GIF
+        return False
+    imgs = [Image.fromarray(f) for f in frames]
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def replay(env, cand: E.Candidate, seed: int, s: dict, on_frame=None) -> dict:
+    """Run one episode; returns {frames (RGB arrays), texts, return, decisions, end, summary, ...}."""
+    policy = cand.build() if cand.kind == "baseline" else None
+    obs, info = env.reset(seed=seed)
+    u = env.unwrapped
+    frames, texts, ret, steps, end = [], [], 0.0, 0, ""
+
+    def draw(final: bool = False) -> None:
+        if len(frames) >= s["max_frames"]:
+            if not final:
+                return
+            frames.pop(), texts.pop()  # the last state replaces the newest sampled frame
+        frames.append(_render(env, "rgb_array"))
+        texts.append(_render(env, "ansi"))
+        if on_frame is not None:
+            on_frame(len(frames), steps, u.sim)
+
+    done = bool(u._done)
+    if not done:
+        draw()
+    while not done:
+        if steps >= s["max_steps"]:
+            end = f"max_steps={s['max_steps']} decisions reached"
+            break
+        mask = np.asarray(env.action_masks(), dtype=bool)
+        a = u.teacher_action(policy) if policy is not None else cand.agent.predict(obs, mask)
+        obs, r, term, trunc, info = env.step(a)
+        ret += float(r)
+        steps += 1
+        done = term or trunc
+        if trunc:
+            end = "stalled (no progress for env.stall_s of simulated time)" if info.get("stalled") else "truncated"
+        elif term:
+            end = "every request resolved"
+        if not done and steps % s["every"] == 0:
+            draw()
+    draw(final=True)
+    sim = u.sim
+    return {"frames": frames, "texts": texts, "return": ret, "decisions": steps, "end": end,
+            "resolved": int(sim.n_resolved), "requests": int(sim.req.n), "finished": len(sim.completed),
+            "invalid_actions": int(info.get("invalid_actions", 0)), "sim_time_s": float(sim.now),
+            "summary": u.summary()}
+
+
+def write_outputs(out: Path, ep: dict, s: dict) -> dict:
+    """frames/ (a temporary folder renamed whole), episode.gif, episode.txt; returns their paths."""
+    from pdgym.agents.common import inside
+
+    out.mkdir(parents=True, exist_ok=True)
+    final = inside(out, FRAMES)
+    tmp = inside(out, f".{FRAMES}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for i, img in enumerate(ep["frames"]):
+            _write_png(tmp / f"frame_{i:04d}.png", img)  # names from the counter only
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    paths = {"frames": str(final), "n_frames": len(ep["frames"])}
+    if s["gif"] and _write_gif(out / "episode.gif", ep["frames"], s["fps"]):
+        paths["gif"] = str(out / "episode.gif")
+    txt, tmp_txt = out / "episode.txt", out / ".episode.txt.tmp"
+    tmp_txt.write_text("\n".join(ep["texts"]))
+    tmp_txt.replace(txt)
+    paths["text"] = str(txt)
+    return paths
+
+
+def _app(cfg) -> dict:
+    from pdgym.agents.common import run_dir, to_container
+    from pdgym.envs.sim.metrics import write_json
+
+    data = to_container(cfg)
+    s = settings(data)
+    cand = candidate(data)
+    scenario = data.get("scenario_name", "scenario")
+    env, seed = make_env(data, cand, s["split"], s["index"])
+    print(f"{APP}: {cand.label} ({cand.kind}, {cand.point}) on {scenario}, {s['split_name'] or 'no'} split, "
+          f"index {s['index']}: a frame every {s['every']} decisions, at most {s['max_frames']}")
+
+    def progress(n: int, steps: int, sim) -> None:
+        if n % s["batch"] == 0:
+            print(f"frames {n}: decision {steps}, t = {sim.now:.2f} s, {sim.n_resolved}/{sim.req.n} requests resolved",
+                  flush=True)
+
+    try:
+        ep = replay(env, cand, seed, s, progress)
+    finally:
+        env.close()
+    out = run_dir()
+    paths = write_outputs(out, ep, s)
+    doc = {"scenario": scenario, "policy": cand.label, "kind": cand.kind, "point": cand.point,
+           "source": str(cand.agent.path) if cand.agent else cand.spec, "split": s["split_name"], "index": s["index"],
+           "episode_return": ep["return"], "decisions": ep["decisions"], "requests_resolved": ep["resolved"],
+           "requests": ep["requests"], "finished": ep["finished"], "invalid_actions": ep["invalid_actions"],
+           "sim_time_s": ep["sim_time_s"], "ended": ep["end"], **paths, "metrics": ep["summary"]}
+    write_json(out / "summary.json", doc)
+    print(f"episode return {ep['return']:.4g} | {ep['decisions']} decisions | {ep['resolved']}/{ep['requests']} "
+          f"requests resolved ({ep['finished']} finished) | t = {ep['sim_time_s']:.2f} s | ended: {ep['end']}")
+    print(f"{paths['n_frames']} frames in {paths['frames']}" + (f", {paths['gif']}" if "gif" in paths else "")
+          + f"; summary in {out / 'summary.json'}")
+    return doc
+
+
+def alias_policy_argv(argv: list[str]) -> list[str]:
+    """`policy=X` names the policy to watch (`policy` is also a config group): rewritten to `enjoy_policy`."""
+    return [a.replace("eval_policy=", "enjoy_policy=", 1) if a.startswith("eval_policy=") else a
+            for a in E.alias_policy_argv(argv)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """pdgym-enjoy: one-line errors and no run folder on bad input (agents/common.hydra_cli)."""
+    from pdgym.agents.common import hydra_cli
+
+    hydra_cli(APP, "enjoy", validate=validate, rewrite_argv=alias_policy_argv)(_app)(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Multi-seed learning curves (agents/training/curves.py): two tiny training runs, one figure with a
+baseline reference line; the PNG is written and not blank."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+from pdgym.agents.training.train import train_from_overrides
+from test_agents import ENV_VARS, SMALL_PPO, TINY  # the tiny training settings, reused
+
+
+def test_seed_curves_of_two_runs_with_a_baseline_line(tmp_path):
+    import matplotlib.image as mpimg
+
+    runs = []
+    for seed in (0, 1):
+        run = tmp_path / f"seed{seed}"
+        train_from_overrides([*TINY, "agent=maskable_ppo", *SMALL_PPO, "eval.freq=128", f"seed={seed}"], run)
+        runs.append(run)
+    out = tmp_path / "curves.png"
+    p = subprocess.run([sys.executable, "-m", "pdgym.agents.training.curves", *map(str, runs), "--baselines", "least_kv",
+                        "--out", str(out)], capture_output=True, text=True, timeout=120, check=False, env=ENV_VARS)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == str(out)
+    assert any(ln.startswith("least_kv: validation imbalance_mean ") for ln in p.stdout.splitlines()), p.stdout
+    img = mpimg.imread(out)
+    assert img.ndim == 3 and min(img.shape[:2]) > 100 and float(np.var(img)) > 0
+    for run in runs:  # and one figure per run beside it
+        assert float(np.var(mpimg.imread(run / "curves.png"))) > 0
