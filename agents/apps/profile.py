@@ -1,0 +1,530 @@
+"""`pdgym-profile`: time a model shape's forward passes on this machine and calibrate the cost models.
+
+    pdgym-profile hardware=h100 model=qwen3_8b hydra.run.dir=DIR
+    pdgym-profile profile.shrink=32 profile.layers=1 "profile.prefill_tokens=[64,256]" ...   (smoke run on a CPU)
+
+Operator profiling as vidur does it: decoder layers with the model profile's shapes (hidden, query / KV
+heads, head width; SwiGLU MLP, or a top-k routed MoE with its experts and shared experts) and random
+weights run on the local torch device (CUDA when available, synchronised; else CPU): prefill of one
+prompt of N tokens (causal `scaled_dot_product_attention`) and decode steps of B requests over C cached
+tokens each (GQA attention over a dense KV cache). `profile.layers` layers are timed (warm-up, then the
+median of `repeats`) and scaled by model.layers / layers; embeddings, LM head, sampling and the engine's
+scheduler are left out (their fixed cost lands in the fitted pass_overhead_s only as far as it scales).
+
+Writes to DIR (each file atomically; fit.json last, so a run without it is incomplete):
+  table.csv           cost.kind=table input (phase, tokens, kv, time_s), checked by a short simulate()
+  measurements.csv    every grid point: measured and fitted seconds, relative error
+  hardware_fit.yaml   the hardware profile with the fitted mfu, mbu, pass_overhead_s
+  profile.png         measured vs fitted
+  fit.json            the fit (least squares of the roofline's own formula, relative errors), device, shape
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from omegaconf import DictConfig
+from pdgym.agents.common import hydra_cli, run_dir, to_container
+from pdgym.envs.sim.config import CostConfig, InstanceConfig, check
+from pdgym.envs.sim.cost import RooflineCost
+from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
+from pdgym.envs.sim.metrics import atomic_path
+from pdgym.envs.sim.models import ModelProfile, load_model
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+DEVICES = ("auto", "cpu", "cuda")
+FIT_KEYS = ("mfu", "mbu", "pass_overhead_s")
+PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_tokens", "decode_batch", "decode_ctx",
+                "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots")
+CHECK_KV_TOKENS = 1_000_000  # KV capacity of the check run's instances
+HUGE = 1e30  # a peak so high that its roofline term vanishes: isolates the other one
+
+
+# --------------------------------------------------------------------------- settings and shape
+@dataclass(frozen=True)
+class Shape:
+    """What is timed: one decoder layer's widths (after `shrink`) and the element size."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int  # dense MLP width (0 for an MoE layer)
+    experts: int
+    top_k: int
+    expert_ffn: int  # one routed expert's width
+    shared_ffn: int  # shared experts, fused into one dense MLP (0 = none)
+    elem: int  # bytes per element
+
+    @property
+    def attn_params(self) -> int:
+        return self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim + self.heads * self.head_dim * self.hidden
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.hidden * self.expert_ffn
+
+    @property
+    def layer_params(self) -> int:
+        """Non-routed parameters of one layer (attention, dense or shared MLP, router)."""
+        return self.attn_params + 3 * self.hidden * (self.ffn + self.shared_ffn) + self.hidden * self.experts
+
+
+@dataclass(frozen=True)
+class Settings:
+    hw: HardwareProfile
+    model: ModelProfile
+    shape: Shape
+    device: str
+    dtype: str
+    layers: int
+    prefill_tokens: tuple[int, ...]
+    decode_batch: tuple[int, ...]
+    decode_ctx: tuple[int, ...]
+    warmup: int
+    repeats: int
+    seed: int
+    check_requests: int
+    plots: bool
+    shrink: int = 1
+    threads: int | None = None
+
+
+def _int_list(v, key: str) -> tuple[int, ...]:
+    ok = isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+    check(bool(ok), key, f"got {v!r}; must be a non-empty list of integers >= 1")
+    return tuple(sorted(set(v)))
+
+
+def _int(p: dict, k: str, lo: int, hi: float = math.inf) -> int:
+    v = p.get(k)
+    ok = isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+    check(ok, f"profile.{k}", f"got {v!r}; must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def model_shape(model: ModelProfile, shrink: int, ffn: int | None, vocab: int, elem: int) -> Shape:
+    """A decoder layer of `model`: widths divided by `shrink` (heads too; head width kept). An MoE model is
+    timed on its MoE layers (routed experts + shared experts); a dense one derives its MLP width from
+    params_total unless `ffn` is given."""
+    heads = max(1, model.num_heads // shrink)
+    kv = max(1, min(heads, model.num_kv_heads // shrink))
+    kv = math.gcd(heads, kv)  # query heads share KV heads evenly (GQA)
+    hidden = max(1, model.hidden // shrink)
+    if model.num_experts > 0:
+        eff = max(1, round(model.expert_params / (3 * model.hidden)) // shrink)
+        return Shape(hidden, heads, kv, model.head_dim, 0, model.num_experts, model.experts_per_token, eff,
+                     eff * model.shared_experts, elem)
+    if ffn is None:
+        attn = model.hidden * (model.num_heads + 2 * model.num_kv_heads) * model.head_dim \
+            + model.num_heads * model.head_dim * model.hidden
+        ffn = round(((model.params_total - 2 * vocab * model.hidden) / model.layers - attn) / (3 * model.hidden))
+        check(ffn >= 1, "profile.ffn", f"deriving it from params_total with vocab {vocab} gives {ffn}; set profile.ffn")
+    return Shape(hidden, heads, kv, model.head_dim, max(1, ffn // shrink), 0, 0, 0, 0, elem)
+
+
+def timed_model(model: ModelProfile, shape: Shape) -> ModelProfile:
+    """The model profile of what is timed (model.layers of `shape`, no embeddings): the roofline of the fit."""
+    L = model.layers
+    moe = shape.experts > 0
+    routed = L * shape.experts * shape.expert_params
+    total = L * shape.layer_params + routed
+    return ModelProfile(
+        name=f"{model.name}_timed", params_total=float(total),
+        params_active=float(total - routed + L * shape.top_k * shape.expert_params),
+        layers=L, hidden=shape.hidden, num_heads=shape.heads, num_kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim, attention="gqa",
+        kv_bytes_per_token=2 * L * shape.kv_heads * shape.head_dim * shape.elem,
+        num_experts=shape.experts, experts_per_token=shape.top_k,
+        shared_experts=model.shared_experts if moe else 0, moe_layers=L if moe else 0,
+        expert_params=float(shape.expert_params), weight_bytes=float(shape.elem),
+        source=f"pdgym-profile workload of {model.name}")
+
+
+def _device_and_dtype(device: str, dtype: str):
+    import torch
+
+    check(device in DEVICES, "profile.device", f"got {device!r}; allowed: {', '.join(DEVICES)}")
+    check(dtype in DTYPES, "profile.dtype", f"got {dtype!r}; allowed: {', '.join(DTYPES)}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    check(device == "cpu" or torch.cuda.is_available(), "profile.device", "cuda requested but torch sees no CUDA device")
+    if dtype == "auto":
+        dtype = "bfloat16" if device == "cuda" else "float32"
+    return device, dtype
+
+
+def footprint_bytes(s: Settings) -> float:
+    """Weights of the timed layers + the largest KV cache + prefill activations (a generous estimate)."""
+    sh = s.shape
+    weights = s.layers * (sh.layer_params + sh.experts * sh.expert_params) * sh.elem
+    kv = s.layers * 2 * max(s.decode_batch) * max(s.decode_ctx) * sh.kv_heads * sh.head_dim * sh.elem
+    width = 4 * sh.hidden + (sh.heads + 2 * sh.kv_heads) * sh.head_dim + 3 * max(sh.ffn, sh.shared_ffn) \
+        + 3 * sh.top_k * sh.expert_ffn + sh.experts
+    act = 2 * max(*s.prefill_tokens, *s.decode_batch) * width * 4
+    return weights + kv + act
+
+
+def settings(cfg: DictConfig) -> Settings:
+    """Every check before anything runs or is written."""
+    data = to_container(cfg)
+    p = data.get("profile")
+    check(isinstance(p, dict), "profile", "missing; see conf/profile.yaml")
+    allowed = PROFILE_KEYS
+    unknown = sorted(set(p) - set(allowed))
+    check(not unknown, f"profile.{unknown[0] if unknown else ''}", f"unknown key; allowed: {', '.join(allowed)}")
+    hw = load_hardware(data.get("hardware"))
+    model = load_model(data.get("model"))
+    device, dtype = _device_and_dtype(p.get("device", "auto"), p.get("dtype", "auto"))
+    shrink = _int(p, "shrink", 1)
+    ffn = p.get("ffn")
+    if ffn is not None:
+        ffn = _int(p, "ffn", 1)
+    vocab = _int(p, "vocab", 0)
+    elem = 4 if dtype == "float32" else 2
+    shape = model_shape(model, shrink, ffn, vocab, elem)
+    for k in ("plots",):
+        check(isinstance(p.get(k, True), bool), f"profile.{k}", f"got {p.get(k)!r}; must be true or false")
+    s = Settings(hw=hw, model=model, shape=shape, device=device, dtype=dtype,
+                 layers=_int(p, "layers", 1, model.layers),
+                 prefill_tokens=_int_list(p.get("prefill_tokens"), "profile.prefill_tokens"),
+                 decode_batch=_int_list(p.get("decode_batch"), "profile.decode_batch"),
+                 decode_ctx=_int_list(p.get("decode_ctx"), "profile.decode_ctx"),
+                 warmup=_int(p, "warmup", 0), repeats=_int(p, "repeats", 1), seed=_int(p, "seed", 0),
+                 check_requests=_int(p, "check_requests", 0), plots=p.get("plots", True), shrink=shrink,
+                 threads=None if p.get("threads") is None else _int(p, "threads", 1))
+    limit = p.get("memory_limit_gb", 16.0)
+    check(isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0, "profile.memory_limit_gb",
+          f"got {limit!r}; must be a number > 0")
+    need = footprint_bytes(s) / 1e9
+    check(need <= limit, "profile.memory_limit_gb",
+          f"the grid's largest point needs about {need:.1f} GB ({limit} allowed); shrink decode_batch x decode_ctx, "
+          "prefill_tokens or layers, or raise the limit")
+    return s
+
+
+# --------------------------------------------------------------------------- the workload
+class Layers:
+    """`n` decoder layers of `shape` with random weights: RMSNorm, fused QKV, SDPA, output projection,
+    RMSNorm, SwiGLU MLP or top-k MoE (+ shared experts), residuals."""
+
+    def __init__(self, shape: Shape, n: int, device: str, dtype: str, seed: int):
+        import torch
+
+        self.torch, self.shape, self.device = torch, shape, device
+        self.dtype = getattr(torch, dtype)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        sh = shape
+
+        def w(*dims):
+            return (torch.randn(*dims, generator=g) / math.sqrt(dims[-2])).to(device=device, dtype=self.dtype)
+
+        self.layers = []
+        for _ in range(n):
+            lay = {"qkv": w(sh.hidden, (sh.heads + 2 * sh.kv_heads) * sh.head_dim),
+                   "o": w(sh.heads * sh.head_dim, sh.hidden),
+                   "n1": torch.ones(sh.hidden, device=device, dtype=self.dtype),
+                   "n2": torch.ones(sh.hidden, device=device, dtype=self.dtype)}
+            if sh.ffn or sh.shared_ffn:
+                width = sh.ffn or sh.shared_ffn
+                lay["up"], lay["down"] = w(sh.hidden, 2 * width), w(width, sh.hidden)
+            if sh.experts:
+                lay["router"] = w(sh.hidden, sh.experts)
+                lay["e_up"] = w(sh.experts, sh.hidden, 2 * sh.expert_ffn)
+                lay["e_down"] = w(sh.experts, sh.expert_ffn, sh.hidden)
+            self.layers.append(lay)
+        self.k_cache: list = []
+        self.v_cache: list = []
+
+    def alloc_kv(self, batch: int, ctx: int) -> None:
+        torch, sh = self.torch, self.shape
+        dims = (batch, sh.kv_heads, ctx, sh.head_dim)
+        self.k_cache = [torch.randn(dims, device=self.device, dtype=self.dtype) for _ in self.layers]
+        self.v_cache = [torch.randn(dims, device=self.device, dtype=self.dtype) for _ in self.layers]
+
+    @staticmethod
+    def _norm(x, wt):
+        return x * (x.float().pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt().to(x.dtype) * wt
+
+    def _mlp(self, x, up, down):
+        F = self.torch.nn.functional
+        a, b = (x @ up).chunk(2, dim=-1)
+        return (F.silu(a) * b) @ down
+
+    def _moe(self, x, lay):
+        torch, sh = self.torch, self.shape
+        flat = x.reshape(-1, sh.hidden)
+        probs = torch.softmax((flat @ lay["router"]).float(), dim=-1)
+        weight, idx = probs.topk(sh.top_k, dim=-1)
+        weight = (weight / weight.sum(-1, keepdim=True)).to(x.dtype).flatten()
+        order = idx.flatten().argsort()
+        counts = torch.bincount(idx.flatten(), minlength=sh.experts).tolist()
+        rows = order // sh.top_k
+        xs = flat[rows]
+        outs, start = [], 0
+        for e, c in enumerate(counts):
+            if c:
+                outs.append(self._mlp(xs[start:start + c], lay["e_up"][e], lay["e_down"][e]))
+                start += c
+        y = torch.cat(outs) * weight[order, None]
+        out = torch.zeros_like(flat).index_add_(0, rows, y)
+        if sh.shared_ffn:
+            out = out + self._mlp(flat, lay["up"], lay["down"])
+        return out.reshape(x.shape)
+
+    def forward(self, x, decode: bool) -> None:
+        """x: [B, T, hidden]; prefill: one prompt (B = 1) with causal attention; decode: T = 1 over the KV cache."""
+        F, sh = self.torch.nn.functional, self.shape
+        B, T, _ = x.shape
+        for i, lay in enumerate(self.layers):
+            h = self._norm(x, lay["n1"]) @ lay["qkv"]
+            q, k, v = h.split([sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim, sh.kv_heads * sh.head_dim], -1)
+            q = q.view(B, T, sh.heads, sh.head_dim).transpose(1, 2)
+            if decode:
+                k, v = self.k_cache[i], self.v_cache[i]
+            else:
+                k = k.view(B, T, sh.kv_heads, sh.head_dim).transpose(1, 2)
+                v = v.view(B, T, sh.kv_heads, sh.head_dim).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=not decode, enable_gqa=sh.heads != sh.kv_heads)
+            x = x + a.transpose(1, 2).reshape(B, T, sh.heads * sh.head_dim) @ lay["o"]
+            h = self._norm(x, lay["n2"])
+            x = x + (self._moe(h, lay) if sh.experts else self._mlp(h, lay["up"], lay["down"]))
+        return x
+
+
+def _time(layers: Layers, x, decode: bool, warmup: int, repeats: int) -> float:
+    torch = layers.torch
+    sync = torch.cuda.synchronize if layers.device == "cuda" else (lambda: None)
+    with torch.inference_mode():
+        for _ in range(warmup):
+            layers.forward(x, decode)
+        sync()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            layers.forward(x, decode)
+            sync()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(s: Settings, progress=print) -> pd.DataFrame:
+    """Median seconds of the timed layers per grid point, and scaled to model.layers (time_s)."""
+    import torch
+
+    torch.manual_seed(s.seed)
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    layers = Layers(s.shape, s.layers, s.device, s.dtype, s.seed)
+    scale = s.model.layers / s.layers
+    rows = []
+
+    def x(b, t):
+        return torch.randn(b, t, s.shape.hidden, device=s.device, dtype=layers.dtype)
+
+    for n in s.prefill_tokens:
+        t = _time(layers, x(1, n), False, s.warmup, s.repeats)
+        rows.append({"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": 0, "timed_s": t})
+        progress(f"prefill {n:>6} tokens: {t * scale * 1e3:9.3f} ms")
+    for c in s.decode_ctx:
+        for b in s.decode_batch:
+            layers.alloc_kv(b, c)
+            t = _time(layers, x(b, 1), True, s.warmup, s.repeats)
+            rows.append({"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c, "timed_s": t})
+            progress(f"decode  {b:>4} x {c:>6} ctx: {t * scale * 1e3:9.3f} ms")
+        layers.k_cache = layers.v_cache = []
+    df = pd.DataFrame(rows)
+    df["tokens"] = df.batch * df.tokens_per_req
+    df["kv"] = df.batch * df.ctx
+    df["time_s"] = df.timed_s * scale
+    return df
+
+
+# --------------------------------------------------------------------------- the table and the fit
+def table_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """cost.kind=table rows: prefill over tokens; decode over KV tokens read (points with the same KV
+    count averaged, so np.interp sees strictly increasing x)."""
+    pre = df[df.phase == "prefill"].groupby("tokens", as_index=False).time_s.mean()
+    pre = pre.assign(phase="prefill", kv="")
+    dec = df[df.phase == "decode"].groupby("kv", as_index=False).agg(tokens=("batch", "mean"), time_s=("time_s", "mean"))
+    dec = dec.assign(phase="decode", tokens=dec.tokens.round().astype(int))
+    return pd.concat([pre, dec])[["phase", "tokens", "kv", "time_s"]].reset_index(drop=True)
+
+
+def ideal_terms(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of each point's FLOPs at peak and of its bytes at peak bandwidth, from cost.py's own
+    RooflineCost (one unit, tp = ep = 1): the other peak set so high that its term vanishes."""
+    base = dict(mfu=1.0, mbu=1.0, pass_overhead_s=0.0, interference=0.0)
+    compute = RooflineCost(dataclasses.replace(hw, **base, hbm_bw=HUGE), model, InstanceConfig(count=1))
+    memory = RooflineCost(dataclasses.replace(hw, **base, flops_bf16=HUGE, flops_fp8=HUGE), model,
+                          InstanceConfig(count=1))
+    z = np.zeros(1)
+    out = []
+    for cost in (compute, memory):
+        t = []
+        for r in df.itertuples():
+            if r.phase == "prefill":
+                n = float(r.batch * r.tokens_per_req)
+                t.append(cost.pass_time(np.array([n]), np.array([r.batch * r.tokens_per_req ** 2 / 2.0]), z, z))
+            else:
+                t.append(cost.pass_time(z, z, np.array([float(r.batch)]), np.array([float(r.batch * r.ctx)])))
+        out.append(np.array(t))
+    return out[0], out[1]
+
+
+def roofline_time(c: np.ndarray, m: np.ndarray, mfu: float, mbu: float, overhead: float) -> np.ndarray:
+    """RooflineCost's pass time of one unit: overhead + max(FLOPs / (peak mfu), bytes / (bw mbu))."""
+    return overhead + np.maximum(c / mfu, m / mbu)
+
+
+def fit_roofline(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> dict:
+    """mfu, mbu, pass_overhead_s minimising the squared relative error of the roofline against df.time_s."""
+    from scipy.optimize import least_squares
+
+    c, m = ideal_terms(hw, model, df)
+    t = df.time_s.to_numpy(dtype=float)
+    check(bool(np.all(t > 0)), "profile", "a measured time is not positive (timer resolution?)")
+
+    def resid(x):  # x: log(1 / mfu), log(1 / mbu), overhead / fastest point
+        return (x[2] * t.min() + np.maximum(c * math.exp(x[0]), m * math.exp(x[1]))) / t - 1.0
+
+    a0, b0 = np.log(np.min(t / c)), np.log(np.min(t / m))  # 1/mfu, 1/mbu upper bounds: every point >= the terms
+    best = None
+    for frac in (0.0, 0.1, 0.5):  # overhead as a fraction of the fastest point
+        start = np.array([a0 + math.log(1 - frac), b0 + math.log(1 - frac), frac])
+        r = least_squares(resid, start, bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 1.0]),
+                          xtol=1e-12, ftol=1e-12)
+        if best is None or r.cost < best.cost:
+            best = r
+    mfu, mbu, over = math.exp(-best.x[0]), math.exp(-best.x[1]), float(best.x[2]) * t.min()
+    fitted = roofline_time(c, m, mfu, mbu, over)
+    rel = fitted / t - 1.0
+    return {"mfu": mfu, "mbu": mbu, "pass_overhead_s": over, "fitted_s": fitted, "rel_err": rel,
+            "compute_bound": c / mfu >= m / mbu}
+
+
+def check_table(s: Settings, cfg: DictConfig, path: Path) -> dict:
+    """A short simulate() with cost.kind=table and the written CSV: the file must load and drive a run."""
+    from pdgym.envs.sim import simulate
+    from pdgym.envs.sim.config import sim_config
+
+    data = to_container(cfg)
+    sim = {k: data[k] for k in ("hardware", "model", "cluster", "workload") if k in data}
+    cluster = dict(sim.get("cluster") or {})
+    for engine in ("prefill", "decode", "colocated"):  # a table holds no weights: the check needs no memory fit
+        if isinstance(cluster.get(engine), dict):
+            cluster[engine] = {**cluster[engine], "kv_capacity_tokens": CHECK_KV_TOKENS}
+    sim["cluster"] = cluster
+    sim["workload"] = {**sim.get("workload", {}), "num_requests": s.check_requests}
+    sim["cost"] = CostConfig(kind="table", params={"path": str(path)})
+    res = simulate(sim_config(sim), seed=s.seed)
+    met = res.metrics()
+    return {k: met.get(k) for k in ("finished", "ttft_mean", "tpot_mean", "throughput_tok_s")}
+
+
+def hardware_yaml(hw: HardwareProfile, fit: dict, s: Settings) -> str:
+    prof = dataclasses.asdict(hw)
+    prof.update(name=f"{hw.name}_profiled", mfu=float(f"{fit['mfu']:.4g}"), mbu=float(f"{fit['mbu']:.4g}"),
+                pass_overhead_s=float(f"{fit['pass_overhead_s']:.4g}"),
+                source=f"{hw.source} | mfu, mbu, pass_overhead_s fitted by pdgym-profile ({s.model.name}, "
+                       f"{s.device} {s.dtype}, shrink {s.shrink})")
+    head = (f"# pdgym-profile fit for hardware {hw.name} (peaks as configured: flops_bf16 {hw.flops_bf16:.4g} FLOP/s, "
+            f"hbm_bw {hw.hbm_bw:.4g} B/s).\n# Copy to conf/hardware/NAME.yaml, or merge mfu, mbu, pass_overhead_s.\n")
+    out_of_range = [k for k in ("mfu", "mbu") if not 0 < prof[k] <= 1]
+    if out_of_range:
+        head += (f"# WARNING: {', '.join(out_of_range)} outside (0, 1]: the configured peaks are below what was "
+                 "measured; fix the peaks before using this profile.\n")
+    return head + yaml.safe_dump(prof, sort_keys=False)
+
+
+def plot(df: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
+    pre = df[df.phase == "prefill"].sort_values("tokens")
+    ax1.loglog(pre.tokens, pre.time_s * 1e3, "o", label="measured")
+    ax1.loglog(pre.tokens, pre.fitted_s * 1e3, "-", label="roofline fit")
+    ax1.set(xlabel="prefill tokens (one prompt)", ylabel="pass time (ms)", title="prefill")
+    dec = df[df.phase == "decode"]
+    for i, (ctx, g) in enumerate(dec.groupby("ctx")):
+        g = g.sort_values("batch")
+        ax2.loglog(g.batch, g.time_s * 1e3, "o", color=f"C{i}", label=f"measured, ctx {ctx}")
+        ax2.loglog(g.batch, g.fitted_s * 1e3, "-", color=f"C{i}", label=f"fit, ctx {ctx}")
+    ax2.set(xlabel="decode batch", ylabel="step time (ms)", title="decode")
+    lo, hi = df[["time_s", "fitted_s"]].min().min() * 1e3, df[["time_s", "fitted_s"]].max().max() * 1e3
+    for ph, mk in (("prefill", "o"), ("decode", "s")):
+        sub = df[df.phase == ph]
+        ax3.loglog(sub.time_s * 1e3, sub.fitted_s * 1e3, mk, label=ph)
+    ax3.loglog([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+    ax3.set(xlabel="measured (ms)", ylabel="fitted (ms)", title="fitted vs measured")
+    for ax in (ax1, ax2, ax3):
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- the app
+@hydra_cli("pdgym-profile", "profile", validate=settings)
+def main(cfg: DictConfig) -> dict:
+    import torch
+
+    s = settings(cfg)
+    out = run_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fit.json").unlink(missing_ok=True)  # a reused run folder: its old result must not stand
+    sh = s.shape
+    print(f"profiling {s.model.name} on {s.device} ({s.dtype}): {s.layers} of {s.model.layers} layers, hidden "
+          f"{sh.hidden}, heads {sh.heads}/{sh.kv_heads} x {sh.head_dim}, "
+          + (f"{sh.experts} experts top-{sh.top_k} x {sh.expert_ffn}" if sh.experts else f"MLP {sh.ffn}"))
+    df = measure(s)
+    with atomic_path(out / "table.csv") as tmp:
+        table_frame(df).to_csv(tmp, index=False)
+    check_run = check_table(s, cfg, out / "table.csv") if s.check_requests else None
+    fit = fit_roofline(s.hw, timed_model(s.model, sh), df)
+    df = df.assign(fitted_s=fit["fitted_s"], rel_err=fit["rel_err"],
+                   bound=np.where(fit["compute_bound"], "compute", "memory"))
+    with atomic_path(out / "measurements.csv") as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_path(out / "hardware_fit.yaml") as tmp:
+        tmp.write_text(hardware_yaml(s.hw, fit, s))
+    if s.plots:
+        with atomic_path(out / "profile.png") as tmp:
+            plot(df, tmp, f"{s.model.name} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu {fit['mfu']:.3g}, "
+                          f"mbu {fit['mbu']:.3g}, overhead {fit['pass_overhead_s'] * 1e3:.3g} ms")
+    rel = np.abs(fit["rel_err"])
+    summary = {
+        "hardware": s.hw.name, "model": s.model.name, "mfu": fit["mfu"], "mbu": fit["mbu"],
+        "pass_overhead_s": fit["pass_overhead_s"], "rel_err_rms": float(np.sqrt(np.mean(fit["rel_err"] ** 2))),
+        "rel_err_max": float(rel.max()),
+        "rel_err_max_by_phase": {ph: float(rel[df.phase == ph].max()) for ph in ("prefill", "decode")},
+        "points": len(df), "check_run": check_run,
+        "device": s.device, "device_name": torch.cuda.get_device_name() if s.device == "cuda" else platform.processor()
+        or platform.machine(), "dtype": s.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "timed_layers": s.layers, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
+    }
+    with atomic_path(out / "fit.json") as tmp:
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"fit: mfu {fit['mfu']:.4g}, mbu {fit['mbu']:.4g}, pass_overhead_s {fit['pass_overhead_s']:.4g} "
+          f"(relative error rms {summary['rel_err_rms']:.1%}, max {summary['rel_err_max']:.1%})")
+    print(f"results in {out}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

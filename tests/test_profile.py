@@ -1,0 +1,130 @@
+"""pdgym-profile (agents/apps/profile.py): a tiny shape timed on the CPU gives a table CSV that the table cost
+model loads and a simulate() runs on; the roofline fit recovers known mfu / mbu / pass_overhead_s from timings
+the roofline itself generated; bad input is one line, exit 2, no files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from pdgym.agents.apps import profile
+from pdgym.envs.sim import simulate
+from pdgym.envs.sim.config import CostConfig, InstanceConfig, sim_config
+from pdgym.envs.sim.cost import build_cost_model
+from pdgym.envs.sim.hardware import load_hardware
+from pdgym.envs.sim.models import load_model
+
+TINY = ["profile.shrink=32", "profile.layers=1", "profile.prefill_tokens=[16,64,256]", "profile.decode_batch=[1,4,16]",
+        "profile.decode_ctx=[64,256]", "profile.warmup=1", "profile.repeats=3", "profile.threads=1",
+        "profile.check_requests=0"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "pdgym.agents.apps.profile", *args], check=False, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile") / "run"
+    p = run(*TINY, "profile.plots=true", "hydra.run.dir=" + str(out))
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_tiny_cpu_run_writes_every_file(tiny_run):
+    for name in ("table.csv", "measurements.csv", "hardware_fit.yaml", "profile.png", "fit.json"):
+        assert (tiny_run / name).is_file(), name
+    assert not list(tiny_run.glob(".*partial*"))
+    fit = json.loads((tiny_run / "fit.json").read_text())
+    assert fit["device"] == "cpu" and fit["points"] == 3 + 3 * 2 and fit["mfu"] > 0 and fit["mbu"] > 0
+    meas = pd.read_csv(tiny_run / "measurements.csv")
+    assert (meas.time_s > 0).all() and np.allclose(meas.time_s, meas.timed_s * 36)  # 1 of qwen3_8b's 36 layers
+    hw = yaml.safe_load((tiny_run / "hardware_fit.yaml").read_text())
+    assert hw["name"] == "h100_profiled" and hw["mfu"] == pytest.approx(fit["mfu"], rel=1e-3)
+
+
+def test_table_csv_loads_into_the_table_cost_model_and_drives_a_simulation(tiny_run):
+    path = str(tiny_run / "table.csv")
+    table = pd.read_csv(path)
+    assert list(table.columns) == ["phase", "tokens", "kv", "time_s"]
+    cost = build_cost_model(CostConfig(kind="table", params={"path": path}), load_hardware("h100"),
+                            load_model("qwen3_8b"), InstanceConfig(count=1))
+    z, one = np.zeros(1), np.ones(1)
+    pre = table[table.phase == "prefill"].sort_values("tokens")
+    assert cost.pass_time(one * 64, z, z, z) == pytest.approx(pre.time_s[pre.tokens == 64].item())
+    dec = table[table.phase == "decode"].sort_values("kv")
+    assert cost.pass_time(z, z, one * 4, one * 256) == pytest.approx(dec.time_s[dec.kv == 256].item())
+    cfg = sim_config({"hardware": "h100", "model": "qwen3_8b", "cost": {"kind": "table", "params": {"path": path}},
+                      "cluster": {"topology": "colocated", "colocated": {"count": 1}},
+                      "workload": {"num_requests": 30, "arrival": "closed", "concurrency": 8}})
+    res = simulate(cfg, seed=0)
+    assert res.metrics()["finished"] == 30
+
+
+def test_the_app_checks_its_table_with_a_simulation(tmp_path):
+    out = tmp_path / "run"
+    p = run(*TINY[:-1], "profile.check_requests=20", "profile.plots=false", "profile.prefill_tokens=[16,128]",
+            "profile.decode_batch=[1,4]", "profile.decode_ctx=[64]", "hydra.run.dir=" + str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out / "fit.json").read_text())["check_run"]["finished"] == 20
+
+
+GRID = pd.DataFrame(
+    [{"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": 0} for n in (128, 256, 512, 1024, 2048, 4096, 8192)]
+    + [{"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c}
+       for b in (1, 8, 32, 64, 128, 256) for c in (256, 1024, 4096)])
+
+
+@pytest.mark.parametrize("model,truth", [
+    ("qwen3_8b", {"mfu": 0.45, "mbu": 0.7, "pass_overhead_s": 3e-3}),
+    ("qwen3_30b_a3b", {"mfu": 0.3, "mbu": 0.85, "pass_overhead_s": 5e-4}),
+])
+def test_fit_recovers_the_roofline_that_generated_the_timings(model, truth):
+    hw, m = load_hardware("h100"), load_model(model)
+    cost = build_cost_model(CostConfig(kind="roofline"), dataclasses.replace(hw, **truth, interference=0.0), m,
+                            InstanceConfig(count=1))
+    z = np.zeros(1)
+    t = [cost.pass_time(np.array([r.tokens_per_req * 1.0]), np.array([r.tokens_per_req ** 2 / 2.0]), z, z)
+         if r.phase == "prefill" else cost.pass_time(z, z, np.array([r.batch * 1.0]), np.array([r.batch * r.ctx * 1.0]))
+         for r in GRID.itertuples()]
+    noise = np.random.default_rng(0).normal(1.0, 0.01, len(t))  # 1% timing noise
+    fit = profile.fit_roofline(hw, m, GRID.assign(time_s=np.array(t) * noise))
+    assert fit["mfu"] == pytest.approx(truth["mfu"], rel=0.03)
+    assert fit["mbu"] == pytest.approx(truth["mbu"], rel=0.03)
+    assert fit["pass_overhead_s"] == pytest.approx(truth["pass_overhead_s"], rel=0.15)
+    assert np.abs(fit["rel_err"]).max() < 0.05
+
+
+def test_timed_model_counts_what_the_workload_builds():
+    m = load_model("qwen3_8b")
+    shape = profile.model_shape(m, 1, None, 151936, 2)
+    assert abs(shape.ffn - 12288) <= 8  # derived from params_total: Qwen3-8B's intermediate_size
+    tm = profile.timed_model(m, shape)
+    assert tm.kv_bytes_per_token == m.kv_bytes_per_token and tm.layers == 36
+    moe = profile.model_shape(load_model("qwen3_30b_a3b"), 1, None, 0, 2)
+    assert (moe.experts, moe.top_k, moe.expert_ffn) == (128, 8, 768)
+
+
+@pytest.mark.parametrize("args,key", [
+    (["profile.device=tpu"], "profile.device"),
+    (["profile.decode_batch=[0,4]"], "profile.decode_batch"),
+    (["profile.layers=99"], "profile.layers"),
+    (["profile.bogus=1"], "profile.bogus"),
+    (["profile.memory_limit_gb=0.001"], "profile.memory_limit_gb"),
+    (["hardware=tpu_v9"], "hardware"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path, capsys, args, key):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:  # in process: the checks run before Hydra makes a run folder
+        profile.main([*args, "hydra.run.dir=" + str(out)])
+    assert exc.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln]
+    assert len(lines) == 1 and key in lines[0] and lines[0].startswith("pdgym-profile: error:")
+    assert not out.exists()
