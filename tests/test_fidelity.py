@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 from omegaconf import OmegaConf
 from pdgym.agents.experiments import fidelity
 from pdgym.agents.experiments.harness import Experiment
@@ -55,3 +57,19 @@ def test_make_fidelity_runs_every_reproduction_at_tiny_sizes(tmp_path):
         assert "regime" in s and s["figures"], name
         for f in s["figures"]:
             assert (tmp_path / "runs" / name / f).stat().st_size > 0, (name, f)
+
+
+def test_batch_means_standard_error_sees_correlation():
+    """md1_check's sampling error: i.i.d. waits give the textbook sigma / sqrt(n); correlated ones (an AR(1)
+    series like a queue's successive waits near saturation) a much larger one, as batch means must."""
+    from pdgym.agents.experiments.md1_check import batch_means_se
+
+    rng = np.random.default_rng(0)
+    iid = rng.normal(size=40_000)
+    assert batch_means_se(iid) == pytest.approx(1 / np.sqrt(len(iid)), rel=0.4)
+    ar = np.empty_like(iid)
+    ar[0] = 0.0
+    for i in range(1, len(ar)):
+        ar[i] = 0.99 * ar[i - 1] + iid[i]
+    naive = ar.std() / np.sqrt(len(ar))
+    assert batch_means_se(ar) > 5 * naive  # (1 + 0.99) / (1 - 0.99) ~ 199x the variance: ~14x the error
