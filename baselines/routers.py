@@ -14,12 +14,12 @@ whole pool: under overload the pool grows without bound while each round admits 
 
 from __future__ import annotations
 
-from itertools import chain, islice
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.policy import DecodeRouter, pool_in_order
 from sortedcontainers import SortedList
 
 from .registry import register
@@ -35,21 +35,6 @@ def pool_arrays(sim: SimView) -> tuple[np.ndarray, np.ndarray]:
     rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
     req = sim.req
     return rids, req.prompt[rids] + req.done[rids]
-
-
-def pool_in_order(sim: SimView, chunk: int = 16):
-    """Pool request ids in arrival (pool) order, read a few at a time: the caller may admit (remove)
-    each id it is given, and a caller that stops early has read only about what it used. Reading
-    resumes after the ids given so far that are still pooled, so the cost is O(ids read)."""
-    start = 0
-    while True:
-        ids = list(islice(sim.pool, start, start + chunk))
-        if not ids:
-            return
-        yield from ids
-        pool = sim.pool
-        start += sum(1 for rid in ids if rid in pool)
-        chunk *= 2
 
 
 class LoadOrder:

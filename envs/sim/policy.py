@@ -126,7 +126,7 @@ class LeastLoadedAdmission(DecodeRouter):
         # `order` holds (kv, worker) of the workers with a free slot, as a heap (one KV capacity: its top
         # fits or no worker does) or sorted (else: its first entry with room), so the pick is the
         # least-KV feasible worker with the lowest index on ties (argmin's first minimum);
-        # the pool is read lazily (`_pool_in_order`), not copied; and since KV and batches only grow
+        # the pool is read lazily (`pool_in_order`), not copied; and since KV and batches only grow
         # within a round, a request at least as large as one that fit nowhere is passed over at once.
         d = sim.decode[inst]
         limit = d.batch_limit
@@ -142,7 +142,7 @@ class LeastLoadedAdmission(DecodeRouter):
             # One capacity: the least-KV worker with a slot (the heap's top) fits, or none does.
             c = cap[0]
             heapify(order)
-            for rid in _pool_in_order(sim):
+            for rid in pool_in_order(sim):
                 load = load_of(rid)
                 if too_big is not None and load >= too_big:
                     continue
@@ -160,7 +160,7 @@ class LeastLoadedAdmission(DecodeRouter):
                         return
             return
         order.sort()
-        for rid in _pool_in_order(sim):
+        for rid in pool_in_order(sim):
             load = load_of(rid)
             if too_big is not None and load >= too_big:
                 continue
@@ -179,10 +179,11 @@ class LeastLoadedAdmission(DecodeRouter):
                 return
 
 
-def _pool_in_order(sim: SimView, chunk: int = 16):
-    """Pool ids in pool (arrival) order, read a few at a time, for a caller that removes from the pool
-    only ids it was given (by admitting them): O(ids read), not a copy of the pool
-    (the engine-side twin of baselines.routers.pool_in_order)."""
+def pool_in_order(sim: SimView, chunk: int = 16):
+    """Pool request ids in arrival (pool) order, read a few at a time: the caller may admit (remove)
+    each id it is given, and a caller that stops early has read only about what it used. Reading
+    resumes after the ids given so far that are still pooled, so the cost is O(ids read), not a copy of
+    the pool (the engine's least-KV router and the baselines' routers share it)."""
     start = 0
     while True:
         ids = list(islice(sim.pool, start, start + chunk))
