@@ -331,6 +331,10 @@ PLUGIN_OPTIONS = {
 }
 
 
+def _install_hint(module: str) -> str:
+    return next((v for k, v in PLUGIN_INSTALL.items() if module.startswith(k)), "install the plugin")
+
+
 def _plugin_modules(kind: str, choice: str) -> list[str]:
     """Plugin modules a `hydra/KIND=CHOICE` option needs: our conf/hydra/KIND/CHOICE.yaml's `_target_` and
     `defaults`, or the plugin's own option name."""
@@ -359,9 +363,8 @@ def check_plugin_choices(argv: list[str], app: str) -> None:
             try:
                 importlib.import_module(module)
             except ImportError:
-                how = next((v for k, v in PLUGIN_INSTALL.items() if module.startswith(k)), "install the plugin")
                 fail(app, f"{key}={choice}: needs the Hydra plugin {module.split('.')[1]}, which is not installed; "
-                          f"{how}")
+                          f"{_install_hint(module)}")
 
 
 def check_plugins(app: str) -> None:
@@ -384,8 +387,7 @@ def check_plugins(app: str) -> None:
             found = False
         if not found:
             choice = hc.runtime.choices.get(f"hydra/{kind}", "?")
-            how = next((v for k, v in PLUGIN_INSTALL.items() if module.startswith(k)), "install the plugin")
-            fail(app, f"hydra/{kind}={choice}: the Hydra plugin {target} is not installed; {how}")
+            fail(app, f"hydra/{kind}={choice}: the Hydra plugin {target} is not installed; {_install_hint(module)}")
 
 
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,

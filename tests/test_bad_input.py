@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -95,17 +96,22 @@ def _id(case) -> str:
     return f"{app.split('-')[1]}:{' '.join(argv)[:40]}"
 
 
+def _fail_in_process(app: str, argv: list[str], tmp_path: Path, monkeypatch, capsys) -> tuple[int, str, list[str]]:
+    """Run `app`'s main in this process from tmp_path; its exit code, stderr and non-blank stderr lines."""
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(APPS[app]).main
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    return exc.value.code, err, [ln for ln in err.splitlines() if ln.strip()]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
     app, argv, key = case
-    monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(APPS[app]).main
     extra = [] if app == "pdgym-repro" else [f"hydra.run.dir={tmp_path / 'run'}"]
-    with pytest.raises(SystemExit) as exc:
-        main([*argv, *extra])
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2, err
+    code, err, lines = _fail_in_process(app, [*argv, *extra], tmp_path, monkeypatch, capsys)
+    assert code == 2, err
     assert len(lines) == 1, err
     assert lines[0].startswith(f"{app}: error: ") and key in lines[0], lines[0]
     assert "Traceback" not in err and "np.float64" not in err
@@ -139,13 +145,10 @@ def test_missing_hydra_plugin_is_one_line_exit_2(case, tmp_path, monkeypatch, ca
             pass
     else:
         monkeypatch.setitem(__import__("sys").modules, hide, None)  # import now fails: as if not installed
-    monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(APPS[app]).main
-    with pytest.raises(SystemExit) as exc:
-        main(["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2 and len(lines) == 1, err
+    code, err, lines = _fail_in_process(
+        app, ["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"{app}: error: ") and want in lines[0] and argv[0] in lines[0], lines[0]
     assert "Traceback" not in err and "Unknown plugin class" not in err
     assert os.listdir(tmp_path) == [], "a missing plugin created files or a sweep folder"
@@ -168,13 +171,10 @@ MISCONFIGURED = [
 def test_misconfigured_hydra_plugin_is_one_line_exit_2(case, tmp_path, monkeypatch, capsys):
     app, argv, plugin, key = case
     pytest.importorskip(f"hydra_plugins.{plugin}")
-    monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(APPS[app]).main
-    with pytest.raises(SystemExit) as exc:
-        main(["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2 and len(lines) == 1, err
+    code, err, lines = _fail_in_process(
+        app, ["-m", *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"{app}: error: ") and key in lines[0], lines[0]
     assert os.listdir(tmp_path) == [], "a misconfigured plugin created files or a sweep folder"
 

@@ -37,8 +37,8 @@ def _wait_for(cond, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def _interrupt(cmd: list[str], ready, sig: int, cwd: Path) -> subprocess.CompletedProcess:
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+def _interrupt(cmd: list[str], ready, sig: int, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
     try:
         _wait_for(lambda: ready() or p.poll() is not None)
         assert p.poll() is None, p.stderr.read()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pdgym.agents.training import model_store
 from test_agents import ENV_VARS, SMALL_PPO, TINY  # the tiny training settings, reused
-from test_interrupts import _wait_for
+from test_interrupts import _interrupt
 
 BIN = Path(sys.executable).parent
 # A checkpoint every 64 steps of a budget it never reaches: the signal lands while checkpoints are written.
@@ -29,20 +29,11 @@ def _started_checkpointing(out: Path) -> bool:
 def test_train_interrupted_while_checkpointing_then_resumes(tmp_path, sig):
     out = tmp_path / "run"
     cmd = [str(BIN / "pdgym-train"), *ARGS, f"hydra.run.dir={out}"]
-    p = subprocess.Popen([*cmd, "total_timesteps=1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=tmp_path, env=ENV_VARS)
-    try:
-        _wait_for(lambda: _started_checkpointing(out) or p.poll() is not None)
-        assert p.poll() is None, p.stderr.read()
-        p.send_signal(sig)
-        _, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    r = _interrupt([*cmd, "total_timesteps=1000000"], lambda: _started_checkpointing(out), sig, tmp_path, ENV_VARS)
     if sig == signal.SIGINT:
-        assert p.returncode == 130 and "Traceback" not in err, err
+        assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr
     else:
-        assert p.returncode == -signal.SIGKILL
+        assert r.returncode == -signal.SIGKILL
     # nothing that looks like a finished run ...
     for name in ("final_model.zip", "metrics.json"):
         assert not (out / name).exists(), name

@@ -21,33 +21,22 @@ from pathlib import Path
 import numpy as np
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.metrics import atomic_path
+from pdgym.envs.sim.validation import check_bool, check_float, check_int
 
 APP = "pdgym-enjoy"
 FRAMES = "frames"
 
 
-def _int(data: dict, key: str, lo: int) -> int:
-    v = data.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ConfigError(f"{key}: got {v!r}; must be an integer >= {lo}")
-    return v
-
-
 def settings(data: dict) -> dict:
     """The checked settings of a composed conf/enjoy.yaml (one-line ConfigError otherwise)."""
-    if data.get("enjoy_policy") in (None, "???", ""):
-        raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
-    split_name = data.get("split")
-    if split_name is not None and split_name not in data["splits"]:
-        raise ConfigError(f"split: got {split_name!r}; allowed: {', '.join(data['splits'])}, null")
-    fps = data.get("fps")
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 60):
-        raise ConfigError(f"fps: got {fps!r}; must be a number in (0, 60]")
-    if not isinstance(data.get("gif"), bool):
-        raise ConfigError(f"gif: got {data.get('gif')!r}; must be true or false")
-    return {"index": _int(data, "index", 0), "every": _int(data, "every", 1), "max_frames": _int(data, "max_frames", 1),
-            "max_steps": _int(data, "max_steps", 1), "batch": _int(data, "batch", 1), "fps": float(fps),
-            "gif": data["gif"], "split": data["splits"][split_name] if split_name else None, "split_name": split_name}
+    E.check_policy_given(data.get("enjoy_policy"))
+    split_name = E.check_split(data)
+    ints = {k: check_int(data.get(k), k, lo) for k, lo in
+            (("index", 0), ("every", 1), ("max_frames", 1), ("max_steps", 1), ("batch", 1))}
+    return {**ints, "fps": check_float(data.get("fps"), "fps", 0.0, 60.0, lo_open=True),
+            "gif": check_bool(data.get("gif"), "gif"),
+            "split": data["splits"][split_name] if split_name else None, "split_name": split_name}
 
 
 def candidate(data: dict) -> E.Candidate:
@@ -121,12 +110,8 @@ def _write_gif(path: Path, frames: list[np.ndarray], fps: float) -> bool:
     except ImportError:  # Pillow comes with matplotlib; without it, no GIF
         return False
     imgs = [Image.fromarray(f) for f in frames]
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return True
 
 
@@ -194,9 +179,9 @@ def write_outputs(out: Path, ep: dict, s: dict) -> dict:
     paths = {"frames": str(final), "n_frames": len(ep["frames"])}
     if s["gif"] and _write_gif(out / "episode.gif", ep["frames"], s["fps"]):
         paths["gif"] = str(out / "episode.gif")
-    txt, tmp_txt = out / "episode.txt", out / ".episode.txt.tmp"
-    tmp_txt.write_text("\n".join(ep["texts"]))
-    tmp_txt.replace(txt)
+    txt = out / "episode.txt"
+    with atomic_path(txt) as tmp_txt:
+        tmp_txt.write_text("\n".join(ep["texts"]))
     paths["text"] = str(txt)
     return paths
 

@@ -40,6 +40,7 @@ from pdgym.envs.sim.cost import RooflineCost
 from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
 from pdgym.envs.sim.metrics import atomic_path
 from pdgym.envs.sim.models import ModelProfile, load_model
+from pdgym.envs.sim.validation import check_int
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
@@ -107,10 +108,7 @@ def _int_list(v, key: str) -> tuple[int, ...]:
 
 
 def _int(p: dict, k: str, lo: int, hi: float = math.inf) -> int:
-    v = p.get(k)
-    ok = isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-    check(ok, f"profile.{k}", f"got {v!r}; must be an integer in [{lo}, {hi}]")
-    return v
+    return check_int(p.get(k), f"profile.{k}", lo, hi=hi)
 
 
 def model_shape(model: ModelProfile, shrink: int, ffn: int | None, vocab: int, elem: int) -> Shape:

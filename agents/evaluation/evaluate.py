@@ -513,21 +513,8 @@ def _app(cfg) -> dict:
     from rich.table import Table
 
     data = to_container(cfg)  # unknown keys already failed in Hydra (struct mode)
-    if data.get("eval_policy") in (None, "???", ""):
-        raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
-    seeds = data["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
-    split_name = data["split"]
-    splits = data["splits"]
-    if split_name is not None and split_name not in splits:
-        raise ConfigError(f"split: got {split_name!r}; allowed: {', '.join(splits)}, null")
-    split = splits[split_name] if split_name else None
-    show = check_metric_names("show", data["show"])
-    budget = check_budget("budget_s", data.get("budget_s"))
-    cand = resolve(data["eval_policy"], data.get("point"))
-    others = dict(data.get("policy") or {})
-    check_policies({k: v for k, v in others.items() if k != cand.point})
+    cand, seeds, split_name, show, budget, others = checked(data)
+    split = data["splits"][split_name] if split_name else None
     scenario = data.get("scenario_name", "scenario")
     ev = evaluate(data, cand, seeds, split, others, progress=bool(data["progress"]),
                   desc=f"{cand.label} on {scenario}", budget_s=budget)
@@ -557,25 +544,43 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
             for a in argv]
 
 
-def validate(cfg) -> None:
-    """The checks of `_app` that need no run, done before Hydra creates the run folder (agents/common.hydra_cli):
-    policy, seeds, split, show, budget_s and the configured baselines."""
-    from pdgym.agents.common import to_container
-
-    data = to_container(cfg)
-    if data.get("eval_policy") in (None, "???", ""):
+def check_policy_given(value) -> None:
+    """`policy=` names the policy under test (pdgym-eval, pdgym-enjoy): it must be given."""
+    if value in (None, "???", ""):
         raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+
+
+def check_split(data: dict) -> str | None:
+    """The `split` key: a name of `splits` (conf/splits) or null."""
+    split_name, splits = data.get("split"), data.get("splits") or {}
+    if split_name is not None and split_name not in splits:
+        raise ConfigError(f"split: got {split_name!r}; allowed: {', '.join(splits)}, null")
+    return split_name
+
+
+def checked(data: dict) -> tuple:
+    """The config's checks that need no run, one place for `validate` (before Hydra creates the run folder,
+    agents/common.hydra_cli) and `_app`: (policy under test, seeds, split name, metrics to show, budget,
+    the policies at the other points)."""
+    check_policy_given(data.get("eval_policy"))
     seeds = data.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds):
         raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
-    splits = data.get("splits") or {}
-    if data.get("split") is not None and data["split"] not in splits:
-        raise ConfigError(f"split: got {data['split']!r}; allowed: {', '.join(splits)}, null")
-    check_metric_names("show", data.get("show"))
-    check_budget("budget_s", data.get("budget_s"))
+    split_name = check_split(data)
+    show = check_metric_names("show", data.get("show"))
+    budget = check_budget("budget_s", data.get("budget_s"))
     cand = resolve(data["eval_policy"], data.get("point"))
-    check_policies({k: v for k, v in dict(data.get("policy") or {}).items() if k != cand.point})
+    others = dict(data.get("policy") or {})
+    check_policies({k: v for k, v in others.items() if k != cand.point})
+    return cand, seeds, split_name, show, budget, others
+
+
+def validate(cfg) -> None:
+    """pdgym-eval's validate hook: `checked` on the composed config."""
+    from pdgym.agents.common import to_container
+
+    checked(to_container(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,12 +39,13 @@ def check_positive(value: float, key: str, allow_zero: bool = False) -> None:
     check(ok, key, f"got {value!r}; must be {'>= 0' if allow_zero else '> 0'}")
 
 
-def check_int(value: Any, key: str, lo: int = 1, allow_none: bool = False) -> int | None:
-    """An integer >= lo (or None when allowed)."""
+def check_int(value: Any, key: str, lo: int = 1, allow_none: bool = False, hi: float = math.inf) -> int | None:
+    """An integer in [lo, hi] (or None when allowed)."""
     if value is None and allow_none:
         return None
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo
-    check(ok, key, f"got {value!r}; must be an integer >= {lo}" + (" or null" if allow_none else ""))
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and lo <= value <= hi
+    bound = f">= {lo}" if hi == math.inf else f"in [{lo}, {hi}]"
+    check(ok, key, f"got {value!r}; must be an integer {bound}" + (" or null" if allow_none else ""))
     return int(value)
 
 
