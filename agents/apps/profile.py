@@ -40,7 +40,7 @@ from pdgym.envs.sim.cost import RooflineCost
 from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
 from pdgym.envs.sim.metrics import atomic_path
 from pdgym.envs.sim.models import ModelProfile, load_model
-from pdgym.envs.sim.validation import check_int
+from pdgym.envs.sim.validation import check_bool, check_float, check_int
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
@@ -191,8 +191,7 @@ def settings(cfg: DictConfig) -> Settings:
     vocab = _int(p, "vocab", 0)
     elem = 4 if dtype == "float32" else 2
     shape = model_shape(model, shrink, ffn, vocab, elem)
-    for k in ("plots",):
-        check(isinstance(p.get(k, True), bool), f"profile.{k}", f"got {p.get(k)!r}; must be true or false")
+    check_bool(p.get("plots", True), "profile.plots")
     s = Settings(hw=hw, model=model, shape=shape, device=device, dtype=dtype,
                  layers=_int(p, "layers", 1, model.layers),
                  prefill_tokens=_int_list(p.get("prefill_tokens"), "profile.prefill_tokens"),
@@ -201,9 +200,7 @@ def settings(cfg: DictConfig) -> Settings:
                  warmup=_int(p, "warmup", 0), repeats=_int(p, "repeats", 1), seed=_int(p, "seed", 0),
                  check_requests=_int(p, "check_requests", 0), plots=p.get("plots", True), shrink=shrink,
                  threads=None if p.get("threads") is None else _int(p, "threads", 1))
-    limit = p.get("memory_limit_gb", 16.0)
-    check(isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0, "profile.memory_limit_gb",
-          f"got {limit!r}; must be a number > 0")
+    limit = check_float(p.get("memory_limit_gb", 16.0), "profile.memory_limit_gb", 0.0, lo_open=True)
     need = footprint_bytes(s) / 1e9
     check(need <= limit, "profile.memory_limit_gb",
           f"the grid's largest point needs about {need:.1f} GB ({limit} allowed); shrink decode_batch x decode_ctx, "
