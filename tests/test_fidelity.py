@@ -57,6 +57,20 @@ def test_make_fidelity_runs_every_reproduction_at_tiny_sizes(tmp_path):
         assert "regime" in s and s["figures"], name
         for f in s["figures"]:
             assert (tmp_path / "runs" / name / f).stat().st_size > 0, (name, f)
+    # --rejudge runs nothing and writes the same verdicts from the run records (a report assembled from runs
+    # made one at a time); the record names the commit and the sizes
+    rec = json.loads((tmp_path / "runs" / "md1_check" / fidelity.RUN_RECORD).read_text())
+    assert rec["tiny"] and rec["error"] is None and rec["overrides"] and rec["wall_s"] > 0
+    again = fidelity.run(None, False, tmp_path / "runs", tmp_path / "again.md", [], rejudge=True)
+    assert again["effects"] == out["effects"] and again["tiny"]
+    assert "tiny sizes" in (tmp_path / "again.md").read_text()
+
+
+def test_rejudge_without_runs_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        fidelity.run(None, False, tmp_path / "none", tmp_path / "doc.md", [], rejudge=True)
+    assert e.value.code == 2 and not (tmp_path / "doc.md").exists()
+    assert "--rejudge: no completed reproduction" in capsys.readouterr().err
 
 
 def test_batch_means_standard_error_sees_correlation():

@@ -37,7 +37,7 @@ def at_rate(sim_cfg, rate: float, num_requests: int):
 
 
 def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
-    """Seed-averaged summary metrics (+ TTFT spread and prefill pass-time CV) of one policy at one rate."""
+    """Seed-averaged summary metrics (+ TTFT spread, prefill pass-time mean and CV) of one policy at one rate."""
     rows = []
     for seed in seeds:
         pol = make_policy("prefill", spec)
@@ -48,6 +48,7 @@ def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
         st = getattr(pol, "stats", {})
         n_rel = max(int(st.get("releases", 0)), 1)
         rows.append({**{k: m[k] for k in METRICS}, "ttft_std": float(fin.ttft.std()),
+                     "pass_s": float(dur.mean()) if len(dur) else np.nan,
                      "pass_cv": float(dur.std() / dur.mean()) if len(dur) else np.nan,
                      "late_ms": 1e3 * st["late_s"] / n_rel if "late_s" in st else np.nan,
                      "busy_target": st["busy_target"] / n_rel if "busy_target" in st else np.nan})

@@ -10,8 +10,13 @@ the p99 ratio for the tail. `others` adds every prefill baseline at the same loa
 fixed vs dynamic batching comparison of ALGORITHMS.md s4 among them).
 
 Summary: load, ttft_ratio, device_queue_s_immediate, sched_queue_s_sbs (+ peak_qps,
-device_queue_s_sbs, ttft_p99_ratio, sbs_late_ms, long: {..., sbs_busy_target}, batching: {...},
-ablation: {...}).
+device_queue_s_sbs, ttft_p99_ratio, sbs_late_ms, queueing_ceiling, pass_s_ratio, long: {...,
+sbs_busy_target}, batching: {...}, ablation: {...}).
+
+queueing_ceiling: the ratio the wait alone allows (immediate's T/2 device wait replaced by T/(2N),
+passes unchanged): with N = 3 and the short prompts' floor-heavy passes about 0.76-0.8, so a 30-40%
+cut needs SBS's passes to be shorter than immediate's, which pass_s_ratio (SBS / immediate mean
+prefill pass) shows.
 
 Mechanism (baselines/sbs.py): SBS releases to an instance that is ready or will soon be ready by
 the EndForward payload (tokens left per DP unit), and on these scenarios the engine holds a pass
@@ -30,6 +35,14 @@ from tqdm import tqdm
 
 from .harness import Experiment, experiment
 from .measure import bracketed, col, load_sweep, peak_rate, ratios
+
+
+def queueing_ceiling(table: pd.DataFrame, n: int) -> list[float]:
+    """Per load, the TTFT ratio SBS reaches by queueing alone: immediate dispatch's TTFT with its device wait
+    (about T/2) replaced by SBS's T/(2N), its passes unchanged. SBS's only lever beyond it is a shorter pass
+    (PBAA's DP balance); a batch that grows because the release cadence slips makes the ratio worse."""
+    imm = table[table.policy == "immediate"].sort_values("load")
+    return ((imm.ttft_mean - imm.device_queue_s + imm.pass_s / (2 * n)) / imm.ttft_mean).round(4).tolist()
 
 
 @experiment
@@ -94,6 +107,8 @@ def run(exp: Experiment) -> dict:
         "ttft_p99_ratio": ratios(main, "sbs", "immediate", "ttft_p99"),
         "peak_qps": peak,
         "sbs_late_ms": col(main, "sbs", "late_ms"),
+        "queueing_ceiling": queueing_ceiling(main, sim_cfg.cluster.prefill.count),
+        "pass_s_ratio": ratios(main, "sbs", "immediate", "pass_s"),
         "long": {"scenario": p.long_scenario, "peak_qps": peak_long,
                  "ttft_ratio": ratios(long, "sbs", "immediate", "ttft_mean"),
                  "ttft_p99_ratio": ratios(long, "sbs", "immediate", "ttft_p99"),
