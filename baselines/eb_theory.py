@@ -17,7 +17,6 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 from pdgym.envs.sim.events import PassKind
-from scipy.optimize import minimize_scalar
 
 THETA_MIN, THETA_MAX = 0.01, 0.99
 BOUNDS = ("static", "expected_peak", "probabilistic")  # memory-safe batch bounds, rising caution
@@ -120,6 +119,8 @@ def fluid_cost_per_completion(theta: float, p: float, eta: float, n: float, a_p:
 
 def fluid_optimum(p: float, eta: float, n: float, a_p: float, a_d: float, b_d: float) -> float:
     """Numerical optimum theta of the fluid model (bounded scalar minimisation on [0.01, 0.99])."""
+    from scipy.optimize import minimize_scalar  # 0.7 s of import: only when a fluid optimum is asked for
+
     res = minimize_scalar(fluid_cost_per_completion, bounds=(THETA_MIN, THETA_MAX), method="bounded",
                           args=(p, eta, n, a_p, a_d, b_d), options={"xatol": 1e-6})
     return float(res.x)

@@ -23,6 +23,13 @@ def test_lookup_and_judge_follow_the_band_rules():
     assert fidelity.judge({"value": "r[0]", "per": "r[1]", "band": [0.8, 0.9]}, s)[1] == "pass"  # 0.857
 
 
+def test_an_effect_is_out_of_regime_only_by_its_own_points():
+    s = {"regime": {"out_of_regime": ["ascend_910c N=16 br0: share of decode steps with an empty pool"]}}
+    assert fidelity.out_of_regime({"regime": "ascend_910c"}, s)
+    assert not fidelity.out_of_regime({"regime": "azure"}, s)
+    assert fidelity.out_of_regime({}, s)  # no tag: every flagged point of the reproduction counts
+
+
 def test_every_effect_names_a_reproduction_and_every_reproduction_has_tiny_sizes():
     from pdgym.agents.apps.repro import available
 

@@ -17,3 +17,13 @@ def test_no_heavy_module_at_import(module):
     code = f"import sys, {module}; print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     assert out == "", f"importing {module} loads {out}"
+
+
+def test_building_the_default_policies_loads_no_scipy():
+    """pdgym-sim builds its policies from the registry, which imports every baseline module: none of them may
+    pull scipy (0.7 s) at import; EB's fluid optimum imports it when it is asked for."""
+    code = ("import sys; from pdgym.baselines import make_policies; "
+            "make_policies({'prefill': 'sbs', 'decode': 'br0', 'batching': 'eb_plus'}); "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == "False"

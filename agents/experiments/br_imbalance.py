@@ -13,6 +13,10 @@ Load across N: the rate is the same multiple of each tier's own measured capacit
 per worker (summary `capacity_per_worker`) stays within about 10% across N = 8..32 (the EP all-to-all
 grows with N), so the N columns compare tiers at the same utilisation. The heavy-tailed tier replays
 max(heavy_tail_requests, heavy_tail_per_worker x N) requests so every N reaches steady state.
+The prefill side is sized per N too: `scale_prefill` grows its instances with N, and the same calibration
+run measures what one prefill instance feeds (prompt tokens per pass-second), so that prefill capacity is
+at least `feed_margin` x the arrival rate (summary `prefill_instances`); a tier whose pool still empties is
+flagged out of regime.
 
 Two regimes (see the scenario files): the Azure conversation tier (mean prompt 1.2K) is KV-light, the KV
 read is about 30% of a decode step, so even a large cut in imbalance moves throughput by a few percent;
@@ -46,7 +50,7 @@ from pdgym.envs.sim.traces import load_trace
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
-from .measure import capacity, plot_traces, run_router, tier
+from .measure import capacity, fed, plot_traces, run_router, tier, tier_capacity
 
 
 # --------------------------------------------------------------------------- routers
@@ -78,8 +82,8 @@ def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) 
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
         cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
-        cap = capacity(cfg, seed)
-        cfg = tier(cfg, rate=float(p.load) * cap)
+        cap, prefill_rps = tier_capacity(cfg, seed)
+        cfg = fed(tier(cfg, rate=float(p.load) * cap), float(p.load) * cap, prefill_rps, float(p.feed_margin))
         for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
             r = run_router(cfg, spec, seed, float(p.window_start), float(p.trace_at),
@@ -88,7 +92,8 @@ def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) 
             if n == p.trace_n:
                 traces[label(spec)] = kept
             rows.append({"workload": tag, "N": int(n), "router": label(spec), "rate": float(p.load) * cap,
-                         "capacity_rps": cap, "capacity_per_worker": cap / int(n), **r})
+                         "capacity_rps": cap, "capacity_per_worker": cap / int(n),
+                         "prefill_instances": cfg.cluster.prefill.count, **r})
     table = pd.DataFrame(rows)
     for r in table[table.router.isin(["br0", "least_kv"])].itertuples():
         exp.regime(f"{tag} N={r.N} {r.router}", "share of decode steps with an empty pool", r.empty_pool_frac,
@@ -105,7 +110,7 @@ def summarise(table: pd.DataFrame, p) -> dict:
     f: dict = {k: [] for k in ("N", "best_classic", "imb_ratio_br0", "imb_ratio_brh_oracle", "tput_gain_br0",
                                "tpot_p95_ratio_brh", "imb_ratio_brh_survival", "imb_ratio_brh_memo",
                                "imb_ratio_brh_survival_hold", "imb_ratio_brh_memo_hold",
-                               "tput_gain_brh_oracle", "capacity_per_worker")}
+                               "tput_gain_brh_oracle", "capacity_per_worker", "prefill_instances")}
     for n, t in table.groupby("N", sort=True):
         t = t.set_index("router")
         classic = t.loc[[c for c in p.classic]]
@@ -121,6 +126,7 @@ def summarise(table: pd.DataFrame, p) -> dict:
             f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
         f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1)
         f["capacity_per_worker"].append(float(t.capacity_per_worker.iloc[0]))
+        f["prefill_instances"].append(int(t.prefill_instances.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
             f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
     return f

@@ -141,21 +141,43 @@ def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool 
 
 
 def capacity(sim_cfg, seed: int) -> float:
-    """Requests per second the least-KV router sustains: decode output tokens per second while the whole
-    workload, arriving at once, keeps the tier full (steps between the 20% and 80% completion times with
-    at least 90% of the slots busy, when there are enough of them), over the mean output length."""
+    """Requests per second the least-KV router sustains (tier_capacity's first value)."""
+    return tier_capacity(sim_cfg, seed)[0]
+
+
+def tier_capacity(sim_cfg, seed: int) -> tuple[float, float]:
+    """(decode requests per second the least-KV router sustains, prefill requests per second per prefill instance).
+
+    Decode: output tokens per second while the whole workload, arriving at once, keeps the tier full (steps
+    between the 20% and 80% completion times with at least 90% of the slots busy, when there are enough of
+    them), over the mean output length. Prefill: prompt tokens per second of prefill pass time in the same
+    burst (every instance has a queue), over the mean prompt length: what one instance can feed."""
     burst = dataclasses.replace(sim_cfg, workload=dataclasses.replace(
         sim_cfg.workload, arrival="poisson", rate=1e6, time_scale=None))
     sim = Simulator(burst, {"decode": make_policy("decode", "least_kv")}, seed)
     sim.run()
     f = np.sort(sim.req.finish[sim.req.state == R.FINISHED])
     lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
-    st = SimResult(sim).steps
-    st = st[(st.kind == PassKind.DECODE) & (st.t >= lo) & (st.t <= hi)]
+    steps = SimResult(sim).steps
+    st = steps[(steps.kind == PassKind.DECODE) & (steps.t >= lo) & (steps.t <= hi)]
     d = sim.decode[0]
     full = st[st.reqs >= 0.9 * d.dp * d.batch_limit]  # the tier's capacity is its rate when full, not while
     st = full if len(full) >= 0.1 * len(st) else st  # a prefill-bound burst trickles requests in
-    return float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
+    decode = float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
+    pre = steps[steps.kind == PassKind.PREFILL]
+    prefill = float(pre.tokens.sum() / pre.dur.sum()) / float(sim.req.prompt.mean()) if len(pre) else math.inf
+    return decode, prefill
+
+
+def fed(sim_cfg, rate: float, prefill_rps: float, margin: float):
+    """The tier with enough prefill instances that their capacity is `margin` x the arrival rate (never fewer
+    than it has): a decode tier is saturated only if the side that fills its pool keeps ahead of it."""
+    cl = sim_cfg.cluster
+    need = math.ceil(margin * rate / prefill_rps) if math.isfinite(prefill_rps) and prefill_rps > 0 else 0
+    if need <= cl.prefill.count:
+        return sim_cfg
+    return dataclasses.replace(sim_cfg, cluster=dataclasses.replace(
+        cl, prefill=dataclasses.replace(cl.prefill, count=need)))
 
 
 def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
