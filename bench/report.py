@@ -8,11 +8,9 @@ ratio for rates, so they hold across machines.
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from pathlib import Path
 
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+from pdgym.agents.experiments.harness import write_marked
 
 # (figure, key in the results, kind, target as text, predicate on the value or its ratio)
 ROWS = [
@@ -95,23 +93,9 @@ def render_table(history: Path, machine: str) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_doc(path: Path, table: str) -> None:
     """Replace the text between the bench markers of `path` (appended at the end if it has none)."""
-    text = path.read_text() if path.exists() else "# Performance\n"
-    block = f"{BEGIN}\n{table}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    _atomic_write(path, text)
+    write_marked(path, "bench", table, head="# Performance\n")
 
 
 def history_row(path: Path, stamp: str, machine: str, results: dict[str, float]) -> Path:

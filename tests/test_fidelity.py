@@ -94,3 +94,17 @@ def test_batch_means_standard_error_sees_correlation():
         ar[i] = 0.99 * ar[i - 1] + iid[i]
     naive = ar.std() / np.sqrt(len(ar))
     assert batch_means_se(ar) > 5 * naive  # (1 + 0.99) / (1 - 0.99) ~ 199x the variance: ~14x the error
+
+
+def test_the_report_replaces_only_its_marked_block(tmp_path):
+    """docs/fidelity.md (and the bench table in docs/performance.md) keep the prose written around the
+    generated block: a regenerated report must not wipe the reading of its verdicts."""
+    from pdgym.agents.experiments.harness import write_marked
+
+    doc = tmp_path / "doc.md"
+    write_marked(doc, "fidelity", "table v1")
+    doc.write_text(doc.read_text() + "\n## Reading the verdicts\nhand-written\n")
+    write_marked(doc, "fidelity", "table v2")
+    text = doc.read_text()
+    assert "table v2" in text and "table v1" not in text and text.endswith("hand-written\n")
+    assert text.count("<!-- fidelity:begin -->") == 1

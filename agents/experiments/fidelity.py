@@ -1,14 +1,14 @@
 """The fidelity report: every reproduction run, every paper effect judged against its band, one markdown file.
 
 `make fidelity` (python -m pdgym.agents.experiments.fidelity) runs each reproduction named in
-conf/fidelity.yaml's `effects` at full size (conf/repro/NAME.yaml as is), reads each effect's value
-from the reproduction's summary.json, and writes docs/fidelity.md: the effect, the paper's figure,
-pdgym's figure, the band it must fall in, a verdict, the reproduction's figure, its wall time and the
-commit id. `--tiny` runs the same code path with conf/fidelity.yaml's `tiny` overrides (CI: the
-numbers then say nothing about the effects, and the report says so). Each completed reproduction
-leaves a run record (wall time, commit, sizes) beside its summary.json; `--rejudge` runs nothing and
-writes the report from those, so reproductions run one at a time (or on several machines into one
---out) make one report.
+conf/fidelity.yaml's `effects` at full size (conf/repro/NAME.yaml as is), reads each effect's value from
+the reproduction's summary.json, and writes docs/fidelity.md (between its fidelity markers; the prose
+around them is kept): the effect, the paper's figure, pdgym's figure, the band it must fall in, a
+verdict, the reproduction's figure, its wall time and the commit id. `--tiny` runs the same code path
+with conf/fidelity.yaml's `tiny` overrides (CI: the numbers then say nothing about the effects, and the
+report says so). Each completed reproduction leaves a run record (wall time, commit, sizes) beside its
+summary.json; `--rejudge` runs nothing and writes the report from those, so reproductions run one at a
+time (or on several machines into one --out) make one report.
 
 Verdicts: pass (every value in band, and rising where the effect says so), FAIL (a value out of band),
 not measured (the run's configuration has no such point, e.g. a smaller tiny run),
@@ -33,7 +33,7 @@ from pdgym.agents.apps import repro
 from pdgym.agents.common import fail
 from pdgym.envs.sim.metrics import write_json
 
-from .harness import write_text
+from .harness import write_marked
 
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(-?\d*)(?::(-?\d*))?\]")
 
@@ -173,7 +173,7 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
     tiny = tiny or any(r.get("tiny") for r in results.values())
     report = render(rows, results, tiny, out_root, extra)
     doc.parent.mkdir(parents=True, exist_ok=True)
-    write_text(doc, report)
+    write_marked(doc, "fidelity", report)  # the hand-written reading of the verdicts around it stays
     verdicts = {"effects": [{k: r[k] for k in ("repro", "effect", "values", "band", "verdict")} for r in rows],
                 "wall_s": {n: r["wall_s"] for n, r in results.items()}, "tiny": tiny, "commit": commit_id()}
     out_root.mkdir(parents=True, exist_ok=True)

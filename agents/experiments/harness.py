@@ -32,6 +32,21 @@ def write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def write_marked(path: Path, tag: str, block: str, head: str = "") -> None:
+    """Replace the text between `<!-- TAG:begin -->` and `<!-- TAG:end -->` in `path` with `block`, keeping the
+    hand-written text around it (a new file: `head`, then the block); atomic. Generated tables live in docs
+    beside the prose that reads them."""
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    text = path.read_text() if path.exists() else head
+    marked = f"{begin}\n{block.rstrip()}\n{end}"
+    if begin in text and end in text:
+        before, rest = text.split(begin, 1)
+        text = before + marked + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + marked + "\n"
+    write_text(path, text)
+
+
 @dataclass
 class Experiment:
     """What one reproduction run sees and writes (see the module docstring)."""
