@@ -149,14 +149,14 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
     for k, name in enumerate([] if rejudge else order, 1):
         print(f"[{k}/{len(order)}] {name}{' (tiny)' if tiny else ''}", flush=True)
         overrides = (list(cfg["tiny"].get(name, [])) if tiny else []) + list(extra)
-        t0 = time.perf_counter()
+        t0, commit = time.perf_counter(), commit_id()  # the code the run starts from
         try:
             summary = repro.run(name, overrides, out_root)
             results[name] = {"summary": summary, "wall_s": time.perf_counter() - t0, "error": None,
-                             "commit": commit_id(), "tiny": tiny, "overrides": overrides}
+                             "commit": commit, "tiny": tiny, "overrides": overrides}
             write_json(out_root / name / RUN_RECORD, {k: v for k, v in results[name].items() if k != "summary"})
         except (Exception, SystemExit) as exc:  # noqa: BLE001 -- one failed reproduction is reported, the rest run
-            results[name] = {"summary": None, "wall_s": time.perf_counter() - t0, "commit": commit_id(),
+            results[name] = {"summary": None, "wall_s": time.perf_counter() - t0, "commit": commit,
                              "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
     rows = []
     for e in effects:
