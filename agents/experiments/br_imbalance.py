@@ -139,13 +139,15 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
     names = list(dict.fromkeys(table.router))
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) * len(ns) / 2), 3.8))
     width = 0.8 / len(names)
+    colors = plt.get_cmap("tab20" if len(names) > 10 else "tab10").colors  # one colour per router
     for i, name in enumerate(names):
         vals = []
         for n in ns:
             t = table[table["N"] == n].set_index("router")
             v = t[col][name]
             vals.append(v / t[col]["least_kv"] if relative and "least_kv" in t.index else v)
-        ax.bar(np.arange(len(ns)) + (i - (len(names) - 1) / 2) * width, vals, width, label=name)
+        ax.bar(np.arange(len(ns)) + (i - (len(names) - 1) / 2) * width, vals, width, label=name,
+               color=colors[i % len(colors)])
     ax.set_xticks(np.arange(len(ns)), [f"N = {n}" for n in ns])
     ax.set_ylabel(f"{ylabel}{' / least_kv' if relative else ''}")
     if relative:
