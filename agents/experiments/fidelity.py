@@ -135,6 +135,25 @@ def reuse(order: list[str], out_root: Path) -> dict[str, dict]:
     return found
 
 
+def run_each(order: list[str], tiny: bool, tiny_overrides: dict, extra: list[str], out_root: Path) -> dict[str, dict]:
+    """Run each reproduction (`tiny`: with its tiny overrides), leaving a run record beside each summary.json."""
+    results: dict[str, dict] = {}
+    for i, name in enumerate(order, 1):
+        print(f"[{i}/{len(order)}] {name}{' (tiny)' if tiny else ''}", flush=True)
+        overrides = (list(tiny_overrides.get(name, [])) if tiny else []) + list(extra)
+        t0, commit = time.perf_counter(), commit_id()  # the code the run starts from
+        try:
+            summary = repro.run(name, overrides, out_root)
+            record = {"wall_s": time.perf_counter() - t0, "error": None, "commit": commit,
+                      "tiny": tiny, "overrides": overrides}
+            write_json(out_root / name / RUN_RECORD, record)
+            results[name] = {**record, "summary": summary}
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- one failed reproduction is reported, the rest run
+            results[name] = {"summary": None, "wall_s": time.perf_counter() - t0, "commit": commit,
+                             "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    return results
+
+
 def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: list[str],
         rejudge: bool = False) -> dict:
     cfg = spec()
@@ -145,19 +164,7 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
         if bad:
             fail("pdgym-fidelity", f"--only: unknown reproduction(s) {', '.join(bad)}; allowed: {', '.join(order)}")
         order = [n for n in order if n in names]
-    results = reuse(order, out_root) if rejudge else {}
-    for k, name in enumerate([] if rejudge else order, 1):
-        print(f"[{k}/{len(order)}] {name}{' (tiny)' if tiny else ''}", flush=True)
-        overrides = (list(cfg["tiny"].get(name, [])) if tiny else []) + list(extra)
-        t0, commit = time.perf_counter(), commit_id()  # the code the run starts from
-        try:
-            summary = repro.run(name, overrides, out_root)
-            results[name] = {"summary": summary, "wall_s": time.perf_counter() - t0, "error": None,
-                             "commit": commit, "tiny": tiny, "overrides": overrides}
-            write_json(out_root / name / RUN_RECORD, {k: v for k, v in results[name].items() if k != "summary"})
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- one failed reproduction is reported, the rest run
-            results[name] = {"summary": None, "wall_s": time.perf_counter() - t0, "commit": commit,
-                             "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    results = reuse(order, out_root) if rejudge else run_each(order, tiny, cfg["tiny"], extra, out_root)
     rows = []
     for e in effects:
         if e["repro"] not in results:
