@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,optuna,launchers]"
+	$(BIN)/pip install -q -e ".[dev,optuna,launchers,parquet]"
 	touch $(STAMP)
 
 run: $(STAMP)

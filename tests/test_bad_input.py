@@ -57,7 +57,7 @@ SIM = [
     (["compare=[{label: a},{label: a}]"], "duplicate"), (["compare=[{label: a, bogus: 1}]"], "compare[0]"),
     (["compare=[{label: a, prefill: nope}]"], "nope"), (["compare=3"], "compare"),
     (["a.b=[1"], "cannot parse"), (["seed"], "cannot parse"), (["+seed=3"], "seed: already set"),
-    (["plots=maybe"], "plots"), (["memory_limit_gb=0"], "memory_limit_gb"),
+    (["plots=maybe"], "plots"), (["memory_limit_gb=0"], "memory_limit_gb"), (["tables=xlsx"], "tables"),
     (["workload.trace=/no/such.csv"], "workload.trace"), (["workload.trace=nope"], "workload.trace"),
     (["cost.kind=magic"], "cost.kind"), (["slo.ttft_s=0"], "slo.ttft_s"),
 ]
@@ -81,7 +81,8 @@ OTHERS = [
     ("pdgym-eval", ["policy="], "policy: missing"), ("pdgym-eval", [], "policy: missing"),
     ("pdgym-eval", ["policy=jsq", "show=[bogus_metric]"], "bogus_metric"),
     ("pdgym-eval", ["policy=jsq", "split=holdout"], "split"), ("pdgym-eval", ["policy=jsq", "seeds=[-1]"], "seeds"),
-    ("pdgym-eval", ["policy=jsq", "budget_s=0"], "budget_s"), ("pdgym-eval", ["policy=no_such_policy"], "no_such_policy"),
+    ("pdgym-eval", ["policy=jsq", "budget_s=0"], "budget_s"), ("pdgym-eval", ["policy=jsq", "tables=json"], "tables"),
+    ("pdgym-eval", ["policy=no_such_policy"], "no_such_policy"),
     ("pdgym-eval", ["policy=/no/such/model.zip"], "/no/such/model.zip"),
     ("pdgym-leaderboard", ["split=holdout"], "split"), ("pdgym-leaderboard", ["agents=[/nonexistent/run]"], "agents"),
     ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),

@@ -27,6 +27,24 @@ def test_sim_writes_metrics_json_with_the_design_keys(tmp_path):
     assert (out / "requests.csv").exists() and (out / "latency_cdf.png").stat().st_size > 1000
 
 
+def test_sim_tables_parquet_hold_what_csv_holds(tmp_path):
+    """tables=parquet: the same tables as csv (typed columns), and no .csv beside them."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    args = ("scenario=ds_v3_h800_3p1d", "seed=2", "workload.num_requests=200", "plots=false")
+    for fmt in ("csv", "parquet"):
+        p = run("pdgym-sim", *args, f"tables={fmt}", f"hydra.run.dir={tmp_path / fmt}")
+        assert p.returncode == 0, p.stderr
+    assert not list((tmp_path / "parquet").glob("*.csv"))
+    for name in ("requests", "steps"):
+        a = pd.read_csv(tmp_path / "csv" / f"{name}.csv")
+        b = pd.read_parquet(tmp_path / "parquet" / f"{name}.parquet")
+        assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0
+        text = [c for c in b.columns if not pd.api.types.is_numeric_dtype(b[c])]
+        a[text] = a[text].astype(object).fillna("")  # CSV reads an empty string back as NaN; Parquet keeps it
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-12)
+
+
 @pytest.mark.parametrize("fmt", ["azure", "vidur", "vidur_no_times"])
 def test_any_workload_can_be_a_trace(tmp_path, fmt):
     rows = [(0.0, 500, 20), (0.05, 900, 5), (0.3, 120, 40), (0.31, 2000, 12)] * 10

@@ -2,7 +2,7 @@
 
     pdgym-sim scenario=NAME seed=S workload.num_requests=N hydra.run.dir=DIR
 
-writes DIR/requests.csv, steps.csv, plots (latency CDFs, per-instance time series;
+writes DIR/requests.csv, steps.csv (`tables=parquet`: .parquet), plots (latency CDFs, per-instance time series;
 `trace=true` adds trace.json and timeline.png: agents/run_views.py) and, last, metrics.json
 (DESIGN section 5 keys + num_requests): tables and metrics go to a temporary name and are
 renamed, so an interrupted run leaves no metrics.json and no complete-looking table. With
@@ -21,7 +21,7 @@ from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
 from pdgym.envs.sim.config import check, check_seed
-from pdgym.envs.sim.metrics import atomic_path
+from pdgym.envs.sim.metrics import atomic_path, check_table_format
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
@@ -60,6 +60,7 @@ def validate(cfg: DictConfig) -> tuple:
     seed = check_seed(to_container(cfg).get("seed"))
     check(isinstance(cfg.get("plots", True), bool), "plots", f"got {cfg.get('plots')!r}; must be true or false")
     check(isinstance(cfg.get("trace", False), bool), "trace", f"got {cfg.get('trace')!r}; must be true or false")
+    check_table_format(cfg.get("tables", "csv"))
     sim_cfg = sim_config_from(cfg)
     specs = policy_sets(cfg)
     sets = [(label, make_policies(spec)) for label, spec in specs]
@@ -108,7 +109,7 @@ def main(cfg: DictConfig) -> dict:
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
         if label != first:
-            res.write(dirs[label])
+            res.write(dirs[label], cfg.get("tables", "csv"))
     if len(rows) > 1:
         import pandas as pd
 
@@ -125,7 +126,7 @@ def main(cfg: DictConfig) -> dict:
     else:
         for label in passes:
             write_trace(dirs[label] / "trace.json", passes[label], results[label].requests)
-    results[first].write(out)  # metrics.json of the run: the last file written
+    results[first].write(out, cfg.get("tables", "csv"))  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
     Console().print(metrics_table(rows, f"{scenario} (seed {seed})"))
     print(f"results in {out}")

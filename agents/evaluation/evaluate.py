@@ -3,7 +3,7 @@
     pdgym-eval policy=NAME_OR_MODEL_PATH scenario=NAME seeds=[0,1,2] hydra.run.dir=DIR
 
 writes DIR/metrics.json (per metric: mean, std, 95% Student-t interval, per-seed values) and
-DIR/requests.csv (the per-request tables of every seed, with a `seed` column).
+DIR/requests.csv (the per-request tables of every seed, with a `seed` column; `tables=parquet`: .parquet).
 
 Baselines and agents go through the one code path of DESIGN section 4: `simulate(config, policies,
 seed)`; an agent enters as the `AgentPolicy` adapter of its env module, which shares the env's
@@ -31,7 +31,7 @@ from pdgym.envs.sim import Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.events import PassKind
-from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, write_json
+from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, check_table_format, write_json, write_table
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS as DECISION_POINTS
 
@@ -456,14 +456,13 @@ def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = 
     return Evaluation(cand, [int(s) for s in seeds], per_seed, pd.concat(tables, ignore_index=True))
 
 
-def write_evaluation(ev: Evaluation, out: Path, scenario: str, extra: dict | None = None) -> Path:
-    """DIR/requests.csv, then DIR/metrics.json (last, so a metrics.json always has its table beside it);
-    each written to a temporary name and renamed."""
+def write_evaluation(ev: Evaluation, out: Path, scenario: str, extra: dict | None = None,
+                     tables: str = "csv") -> Path:
+    """DIR/requests.csv (or .parquet), then DIR/metrics.json (last, so a metrics.json always has its table
+    beside it); each written to a temporary name and renamed."""
     out.mkdir(parents=True, exist_ok=True)
     c = ev.candidate
-    tmp = out / "requests.csv.tmp"
-    ev.requests.to_csv(tmp, index=False)
-    tmp.replace(out / "requests.csv")
+    write_table(ev.requests, out / "requests", tables)
     stopped = {str(s): m["stopped"] for s, m in zip(ev.seeds, ev.per_seed) if m.get("stopped")}
     doc = {"scenario": scenario, "policy": c.label, "kind": c.kind, "point": c.point,
            "source": str(c.agent.path) if c.agent else c.spec, "seeds": ev.seeds, **(extra or {}),
@@ -519,7 +518,7 @@ def _app(cfg) -> dict:
     ev = evaluate(data, cand, seeds, split, others, progress=bool(data["progress"]),
                   desc=f"{cand.label} on {scenario}", budget_s=budget)
     out = run_dir()
-    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget})
+    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget}, data.get("tables", "csv"))
     stats = ev.stats()
     t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
               caption="95% CI: percentile bootstrap of the mean over seeds")
@@ -570,6 +569,7 @@ def checked(data: dict) -> tuple:
     split_name = check_split(data)
     show = check_metric_names("show", data.get("show"))
     budget = check_budget("budget_s", data.get("budget_s"))
+    check_table_format(data.get("tables", "csv"))
     cand = resolve(data["eval_policy"], data.get("point"))
     others = dict(data.get("policy") or {})
     check_policies({k: v for k, v in others.items() if k != cand.point})

@@ -28,9 +28,11 @@ import pandas as pd
 
 from . import requests as R
 from .events import PassKind
+from .validation import ConfigError, check_choice
 
 STEP_COLUMNS = ("t", "dur", "kind", "inst", "tokens", "reqs", "kv_max", "kv_min", "idle_frac", "util")
 PASS_KIND_NAMES = {int(k): k.name.lower() for k in PassKind}  # how steps.csv spells the kind column
+TABLE_FORMATS = ("csv", "parquet")  # `tables`: how requests / steps tables are written
 SUMMARY_KEYS = (
     "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
     "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
@@ -142,8 +144,8 @@ class SimResult:
         m["num_requests"] = len(self.requests)
         return m
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write requests.csv, steps.csv, then metrics.json (the mark of a complete result) into `out_dir`.
+    def write(self, out_dir: str | Path, tables: str = "csv") -> Path:
+        """Write requests.<fmt>, steps.<fmt>, then metrics.json (the mark of a complete result) into `out_dir`.
 
         Each file goes to a temporary name and is renamed, so an interrupted write leaves no
         complete-looking file; metrics.json last, so it never stands beside a missing table.
@@ -151,9 +153,8 @@ class SimResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").unlink(missing_ok=True)  # a previous run's mark would outlive a failed write
-        for name, table in (("requests.csv", self.requests), ("steps.csv", self.step_table())):
-            with atomic_path(out / name) as tmp:
-                table.to_csv(tmp, index=False)
+        for name, table in (("requests", self.requests), ("steps", self.step_table())):
+            write_table(table, out / name, tables)
         write_json(out / "metrics.json", self.metrics())
         return out
 
@@ -189,6 +190,29 @@ def atomic_path(path: str | Path):
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_table_format(fmt, key: str = "tables") -> str:
+    """`csv` or `parquet`; parquet needs pyarrow (the `parquet` extra): one-line error without it."""
+    check_choice(fmt, key, TABLE_FORMATS)
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"{key}: parquet needs pyarrow, which is not installed; "
+                              "pip install 'pdgym[parquet]'") from None
+    return fmt
+
+
+def write_table(frame: pd.DataFrame, stem: Path, fmt: str = "csv") -> Path:
+    """`frame` to `stem`.csv or `stem`.parquet (columnar, typed, ~5x smaller and faster to write), atomically."""
+    path = stem.with_name(f"{stem.name}.{fmt}")
+    with atomic_path(path) as tmp:
+        if fmt == "parquet":
+            frame.to_parquet(tmp, index=False, engine="pyarrow")
+        else:
+            frame.to_csv(tmp, index=False)
+    return path
 
 
 def write_json(path: str | Path, data) -> None:
