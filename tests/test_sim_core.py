@@ -333,3 +333,28 @@ def test_observers_see_every_pass_with_its_unit_times_and_change_nothing(cfg):
     assert np.allclose(got, steps.idle_frac.to_numpy())  # the barrier idle the step table records
     assert [int(x[0]) for x in obs.idle] == steps.kind.tolist()
     assert obs.finished == res.summary()["finished"]
+
+
+def test_step_log_keeps_every_row_across_chunks_and_a_frame_taken_mid_run_stays_put():
+    """StepLog (the step table in compact chunks) gives what a DataFrame of the rows gives, on either side
+    of chunk boundaries; a frame taken before more rows arrive does not change."""
+    import pandas as pd
+    from pdgym.envs.sim import steplog
+
+    rng = np.random.default_rng(0)
+    n = 2 * steplog.CHUNK + 17
+    rows = [(float(t), 0.01, 1, i % 3, float(i), i % 7, i, -i, 0.5, 0.25) for i, t in enumerate(rng.random(n))]
+    log = steplog.StepLog()
+    log.append(rows[0])
+    first = log.frame()
+    for r in rows[1:steplog.CHUNK + 5]:
+        log.append(r)
+    mid = log.frame()
+    for r in rows[steplog.CHUNK + 5:]:
+        log.append(r)
+    full = log.frame()
+    want = pd.DataFrame.from_records(rows, columns=list(steplog.COLUMNS))
+    pd.testing.assert_frame_equal(full, want)
+    pd.testing.assert_frame_equal(mid, want.iloc[:steplog.CHUNK + 5])
+    assert len(first) == 1 and first.t[0] == rows[0][0] and len(log) == n
+    assert steplog.StepLog(float_reqs=True).frame().reqs.dtype == np.float64

@@ -33,6 +33,7 @@ from .points import POINTS
 from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
 from .prefill import PrefillInstance
 from .requests import RequestTable
+from .steplog import StepLog
 from .view import RunView
 from .workload import make_workload
 
@@ -94,7 +95,7 @@ class Simulator:
         self.tokens_out = 0  # output tokens produced (conservation check)
         self.dropped_signals = 0
         self.n_events = 0
-        self.steps: list[tuple] = []
+        self.steps = StepLog(float_reqs=cl.topology == "colocated")
         self.observers: list[Observer] = []
         self._heap: list[tuple] = []
         self._seq = 0
@@ -311,7 +312,7 @@ class Simulator:
 
     def record_pass(self, kind: int, inst, dur: float, tokens: float, reqs: float, kv_max: int, kv_min: int,
                     util: float, unit_tokens: np.ndarray, unit_reqs: np.ndarray, unit_kv: np.ndarray) -> None:
-        """A pass of `inst` starts now: one step-table row (metrics.STEP_COLUMNS), then the observers."""
+        """A pass of `inst` starts now: one step-table row (steplog.COLUMNS), then the observers."""
         cost = inst.cost
         self.steps.append((self.now, dur, kind, inst.idx, tokens, reqs, kv_max, kv_min, cost.last_idle_frac, util))
         if self.observers:

@@ -27,7 +27,7 @@ class EventKind(IntEnum):
 
 
 class PassKind(IntEnum):
-    """The `kind` column of the step table (metrics.STEP_COLUMNS): which engine ran the pass."""
+    """The `kind` column of the step table (steplog.COLUMNS): which engine ran the pass."""
 
     PREFILL = 0
     DECODE = 1
