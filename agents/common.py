@@ -518,3 +518,19 @@ def _configured_policy(point: str, name: str) -> dict:
     if "_self_" not in defaults:
         merged = OmegaConf.merge(merged, node)
     return OmegaConf.to_container(merged, resolve=True)
+
+
+def commit_id() -> str:
+    """Short commit id of the checkout pdgym runs from (+dirty with uncommitted changes to tracked files),
+    or "unknown" outside git. Callers take it when a run starts: the code a result came from."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True,
+                             timeout=10, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=True,
+                               capture_output=True, text=True, timeout=10, cwd=here).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out + ("+dirty" if dirty else "")

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pdgym.agents.common import check_label
+from pdgym.agents.common import check_label, commit_id
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
@@ -816,19 +816,6 @@ def check_config(cfg: dict) -> dict:
     return {"seeds": seeds, "scenarios": scenarios}
 
 
-def git_commit() -> str:
-    import subprocess
-
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                           cwd=Path(__file__).parent, check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=Path(__file__).parent, check=False).stdout.strip()
-        return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def board_dir(out: Path) -> Path:
     """A new dated directory under `out` (never an existing one)."""
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -882,7 +869,7 @@ def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], s
 
 def build(cfg: dict) -> dict:
     """Run the whole board from a plain config dict; returns paths and the standings."""
-    t0 = time.perf_counter()
+    t0, commit = time.perf_counter(), commit_id()  # the code the board starts from
     checked = check_config(cfg)
     scenarios, seeds = checked["scenarios"], checked["seeds"]
     split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
@@ -904,7 +891,7 @@ def build(cfg: dict) -> dict:
     regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": git_commit(), "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
+            "commit": commit, "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
             "banner": cfg.get("banner") or ""}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)

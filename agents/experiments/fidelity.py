@@ -22,7 +22,6 @@ import argparse
 import importlib.resources
 import json
 import re
-import subprocess
 import sys
 import time
 import traceback
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.apps import repro
-from pdgym.agents.common import fail
+from pdgym.agents.common import commit_id, fail
 from pdgym.envs.sim.metrics import write_json
 
 from .harness import write_marked
@@ -103,19 +102,6 @@ def out_of_regime(effect: dict, summary: dict) -> list[str]:
 
 def fmt(vals: list) -> str:
     return " / ".join("n/a" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v) for v in vals)
-
-
-def commit_id() -> str:
-    """Short commit id of the checkout this module runs from (+dirty with uncommitted changes), or "unknown"."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True,
-                             timeout=10, cwd=here).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=True,
-                               capture_output=True, text=True, timeout=10, cwd=here).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out + ("+dirty" if dirty else "")
 
 
 RUN_RECORD = "fidelity_run.json"  # beside each reproduction's summary.json: wall time, commit, sizes
