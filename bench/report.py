@@ -61,6 +61,11 @@ ROWS = [
      "", None),
     ("Peak memory, 1M requests (MB, own process)", "memory.peak_mb_1m", "abs", "<= 500", lambda v: v <= 500),
     ("Memory per request at 1M (KB)", "memory.kb_per_request", "abs", "", None),
+    ("Compiled-core prototype (numba): decode chain, engine's Python s / compiled s",
+     "compiled.speedup_numba_vs_engine_chain", "abs", "", None),
+    ("Decode chain's share of the Python engine's run (decode tier N = 16)", "compiled.python_decode_chain_frac",
+     "abs", "", None),
+    ("numba JIT compile on first use (s)", "compiled.numba_jit_compile_s", "abs", "", None),
 ]
 
 
