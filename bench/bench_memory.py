@@ -11,9 +11,15 @@ import sys
 
 N = 1_000_000
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pdgym.envs.sim import SimResult, Simulator
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def status_kb(key):  # VmHWM / VmRSS of this process; ru_maxrss would carry the parent's peak across exec
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+
+base = status_kb("VmRSS")
 n = int(sys.argv[1])
 cfg = {"hardware": "h800", "model": "deepseek_v3",
        "cluster": {"topology": "disaggregated", "prefill": {"count": 3, "dp": 8, "ep": 8, "chunk_tokens": 3072},
@@ -27,7 +33,7 @@ sim.run()
 wall = time.perf_counter() - t
 res = SimResult(sim)
 res.summary()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kb("VmHWM")
 print(json.dumps({"base_kb": base, "peak_kb": peak, "wall_s": wall, "events": sim.n_events}))
 """
 
