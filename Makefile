@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench fidelity lint wheel-check clean
+.PHONY: run test bench fidelity lint wheel-check ray-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,6 +29,17 @@ bench: $(STAMP)
 # ONLY=sbs_ttft,pbaa_util runs some; ARGS="workload.trace=PATH" replays another trace in every reproduction.
 fidelity: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m pdgym.agents.experiments.fidelity --only "$(ONLY)" $(ARGS)
+
+# Hydra's Ray launcher, checked in a side environment layered over .venv (hydra-ray-launcher pins
+# cloudpickle<3, which joblib 1.6 refuses, so it is not a pdgym extra): two pdgym-sim jobs as Ray tasks on
+# a local Ray instance (tests/test_launchers.py). Downloads ray and ~40 packages the first time.
+RAY_VENV := .venv-ray
+ray-check: $(STAMP)
+	test -x $(RAY_VENV)/bin/python || $(PY) -m venv $(RAY_VENV) || python3 -m venv $(RAY_VENV)
+	echo 'import site; site.addsitedir("$(abspath $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"))")' \
+	  > "$$($(RAY_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_pdgym.pth"
+	$(RAY_VENV)/bin/pip install -q hydra-ray-launcher "cloudpickle<3"
+	WANDB_MODE=offline $(RAY_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_launchers.py -k ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check envs baselines agents tests bench

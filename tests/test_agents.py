@@ -435,3 +435,22 @@ def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
     s = train_from_overrides([*args[:-2], "total_timesteps=192", "normalize.obs=true"], run)
     assert s["resumed_from"].endswith("model_128.zip")
     assert not marker.exists(), "a file of the run directory executed code"
+
+
+def test_predictor_acts_as_the_policys_own_predict():
+    """model_store.predictor skips SB3's per-call predict() overhead: the same masked greedy actions."""
+    from pdgym.agents.training.model_store import predictor
+    from sb3_contrib import MaskablePPO
+
+    model = MaskablePPO("MlpPolicy", _ArgmaxEnv(), seed=0, device="cpu", policy_kwargs={"net_arch": [32]})
+    model.policy.set_training_mode(True)  # as after a training update: the predictor must switch it off
+    act = predictor(model.policy, "maskable_ppo")
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        obs = rng.random(8).astype(np.float32)
+        mask = rng.random(4) > 0.5
+        mask[rng.integers(4)] = True
+        want, _ = model.policy.predict(obs, action_masks=mask, deterministic=True)
+        got = act(obs, mask)
+        assert got == int(want) and mask[got]
+    assert not model.policy.training

@@ -1,6 +1,7 @@
 """Hydra's optional plugins (the `optuna` and `launchers` extras) run the apps end to end.
 
-Each test skips where its plugin is not installed (pip install 'pdgym[optuna,launchers]'; `make test` installs them).
+Each test skips where its plugin is not installed (pip install 'pdgym[optuna,launchers]'; `make test` installs them;
+the Ray launcher is not an extra: see its test).
 """
 
 from __future__ import annotations
@@ -51,3 +52,21 @@ def test_submitit_local_multirun_of_two_sim_jobs(tmp_path, monkeypatch):
         seeds.add((job / ".hydra" / "overrides.yaml").read_text().count("seed=1"))
     assert seeds == {0, 1}  # one job per seed
     assert (sweep / ".submitit").is_dir()  # the jobs really went through submitit
+
+
+def test_ray_multirun_on_a_local_ray_instance(tmp_path, monkeypatch):
+    """hydra/launcher=ray (conf/hydra/launcher/ray.yaml): 2 pdgym-sim jobs as Ray tasks on a Ray instance
+    this process starts (init.address=null). Not a pdgym extra (hydra-ray-launcher pins cloudpickle<3, which
+    joblib 1.6 refuses): it runs where the plugin is installed, e.g. the side environment of docs/agents.md."""
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher.ray_launcher")
+    from pdgym.agents.apps.sim import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["pdgym-sim"])
+    sweep = tmp_path / "sweep"
+    main(["-m", "hydra/launcher=ray", "hydra.launcher.ray.init.address=null", "+hydra.launcher.ray.init.num_cpus=2",
+          "hydra.launcher.ray.remote.num_cpus=1", f"hydra.sweep.dir={sweep}", "workload.num_requests=50",
+          "seed=0,1", "plots=false"])
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name[:1].isdigit())
+    assert [p.name.split("_")[0] for p in jobs] == ["0", "1"], list(sweep.iterdir())
+    assert all(json.loads((job / "metrics.json").read_text()) for job in jobs)

@@ -282,7 +282,15 @@ def load_policy(path: Path) -> tuple[Any, NetSpec, ObsNormalizer | None]:
 
 
 def load_predictor(path: Path):
-    """predict(obs, mask) -> action of a saved model (see `predictor`)."""
+    """predict(obs, mask) -> action of a saved model (see `predictor`), for an evaluating process.
+
+    Sets PyTorch to one thread: one observation at a time through a small network gains nothing from
+    intra-op threads, and several evaluating processes (the leaderboard's workers) each running the
+    default thread count oversubscribe the cores: 1.7 ms per decision on one thread against 28 ms on
+    two, with two such processes on a 2-core machine (measured 2026-11-25)."""
+    import torch
+
+    torch.set_num_threads(1)
     policy, spec, obs_norm = load_policy(path)
     return predictor(policy, spec.algo, obs_norm)
 
@@ -332,9 +340,12 @@ def predictor(policy, algo: str, obs_norm=None):
         if obs_norm is not None:
             obs = obs_norm.normalize_obs(obs).astype(np.float32)
         mask = np.asarray(mask, dtype=bool)
-        if algo == "maskable_ppo":
-            a, _ = policy.predict(obs, action_masks=mask, deterministic=True)
-            return int(a)
+        if policy.training:  # what SB3's predict() does on every call (a walk over all modules): once here
+            policy.set_training_mode(False)
+        if algo == "maskable_ppo":  # = policy.predict(obs, action_masks=mask, deterministic=True), 35% cheaper
+            with torch.no_grad():
+                t, _ = policy.obs_to_tensor(obs)
+                return int(policy.get_distribution(t, action_masks=mask).get_actions(deterministic=True)[0])
         with torch.no_grad():
             t, _ = policy.obs_to_tensor(obs)
             if algo == "dqn":
