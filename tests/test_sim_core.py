@@ -57,6 +57,7 @@ class CapacityCheck(Observer):
             assert (d.batch <= d.batch_limit).all(), "decode batch limit exceeded"
             assert (d.kv <= d.kv_cap).all(), "decode KV capacity exceeded"
             assert (d.batch == [len(a) for a in d.active]).all()
+            assert d.n_batch == int(d.batch.sum()), "the running count drifted from the per-worker batches"
         for C in sim.colocated:
             for u in C.units:
                 assert u.n_running <= u.slots, "colocated slots exceeded"

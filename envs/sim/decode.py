@@ -36,6 +36,8 @@ class DecodeInstance(Stepper):
         self.kv_cap = np.full(dp, kv_cap, dtype=np.int64)
         self.batch = np.zeros(dp, dtype=np.int64)
         self.kv = np.zeros(dp, dtype=np.int64)  # sum over active requests of prompt + done
+        self.n_batch = 0  # = batch.sum(), kept by this instance's own transitions (a step reads it twice)
+        self.slots = dp * batch_limit
         self.active = [set() for _ in range(dp)]
         self.busy = False
         self.start_queued = False  # a DECODE_START event is on the heap
@@ -66,6 +68,7 @@ class DecodeInstance(Stepper):
         if self.batch[worker] >= self.batch_limit or self.kv[worker] + load > self.kv_cap[worker]:
             return False
         self.batch[worker] += 1
+        self.n_batch += 1
         self.kv[worker] += load
         self.active[worker].add(rid)
         req.decode_inst[rid] = self.idx
@@ -79,7 +82,7 @@ class DecodeInstance(Stepper):
         if self.busy:
             return
         sim = self.sim
-        if sim.pool and (self.batch < self.batch_limit).any():
+        if sim.pool and self.n_batch < self.slots:
             sim.router.route(sim.view, self.idx)
             if sim.paused:  # an agent decides the admissions; replay this start afterwards
                 self.wake()
@@ -88,7 +91,7 @@ class DecodeInstance(Stepper):
         if over.any():
             for w in np.flatnonzero(over).tolist():
                 self._relieve(w)
-        nb = int(self.batch.sum())
+        nb = self.n_batch
         if nb == 0:
             if over.any() and sim.pool:
                 # every running request was just rejected: admit from the pool again, or it would wait forever
@@ -112,6 +115,7 @@ class DecodeInstance(Stepper):
             rid = self.preempt_youngest(req, self.active[w])
             self.active[w].discard(rid)
             self.batch[w] -= 1
+            self.n_batch -= 1
             self.kv[w] -= req.prompt[rid] + req.done[rid]
             if self.batch[w] == 0 or sim.cfg.cluster.kv_policy == "reject":
                 sim.reject_request(rid, R.reason_code("kv_exhausted"))
@@ -124,7 +128,7 @@ class DecodeInstance(Stepper):
         sim = self.sim
         self.busy = False
         s = self.tick(sim.now)
-        nb = int(self.batch.sum())
+        nb = self.n_batch
         sim.tokens_out += nb
         self.kv += self.batch
         req = sim.req
@@ -134,6 +138,7 @@ class DecodeInstance(Stepper):
             w = int(req.worker[rid])
             self.complete(req, rid)
             self.batch[w] -= 1
+            self.n_batch -= 1
             self.kv[w] -= req.prompt[rid] + req.output[rid]
             self.active[w].discard(rid)
             sim.finish_request(rid)
