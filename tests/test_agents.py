@@ -130,6 +130,17 @@ def test_eval_cli_writes_metrics_with_intervals_and_requests(tmp_path):
     assert not np.array_equal(req[req.seed == 0].prompt.to_numpy(), req[req.seed == 1].prompt.to_numpy())
 
 
+def test_eval_cli_tables_parquet(tmp_path):
+    """tables=parquet: the per-request table of every seed as requests.parquet, no CSV beside it."""
+    pytest.importorskip("pyarrow")
+    r = cli("pdgym.agents.evaluation.evaluate", "policy=least_kv", "point=decode", "scenario=decode_tier_n16",
+            "seeds=[0,1]", "workload.num_requests=100", "progress=false", "tables=parquet", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    req = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(req) == 200 and set(req.seed) == {0, 1} and not (tmp_path / "requests.csv").exists()
+    assert json.loads((tmp_path / "metrics.json").read_text())["seeds"] == [0, 1]
+
+
 def test_eval_cli_bad_policy_is_one_line(tmp_path):
     r = cli("pdgym.agents.evaluation.evaluate", "policy=no_such_router", "scenario=decode_tier_n16", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 2
