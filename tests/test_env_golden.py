@@ -1,0 +1,82 @@
+"""Golden episodes of the three envs: what an agent sees, may do and earns must not change by accident.
+
+Each case plays a seeded random agent (uniform over the allowed actions) for STEPS steps and reduces
+every observation, action mask, reward and end flag to one SHA-256 digest, committed in
+tests/golden/env_digests.json. An env refactor (a faster observation, an incremental pool order)
+keeps every digest; a commit that changes an env on purpose regenerates them and says why:
+
+    PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_env_golden.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pdgym.envs  # noqa: F401  (registers the envs)
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden" / "env_digests.json"
+UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
+STEPS = 400
+DECODE = {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=300", "workload.rate=400"]}
+CASES = {
+    "decode_length": ("pdgym/DecodeRouting-v0", {**DECODE, "order": "length"}),
+    "decode_arrival": ("pdgym/DecodeRouting-v0", {**DECODE, "order": "arrival"}),
+    "decode_memo_features": ("pdgym/DecodeRouting-v0", {**DECODE, "horizon_features": "memo"}),
+    "prefill_timing": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"]}),
+    "prefill_allocation": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
+                                                        "mode": "allocation"}),
+    "batching_phase": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"]}),
+    "batching_threshold": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
+                                                      "mode": "threshold"}),
+}
+
+
+def play(env_id: str, kwargs: dict) -> dict:
+    env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    rng = np.random.default_rng(0)
+    h = hashlib.sha256()
+    obs, _ = env.reset(seed=3)
+    episodes, reward = 1, 0.0
+    for _ in range(STEPS):
+        mask = env.unwrapped.action_masks()
+        h.update(np.asarray(obs, dtype=np.float32).tobytes())
+        h.update(np.asarray(mask, dtype=bool).tobytes())
+        obs, r, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
+        h.update(f"{float(r)!r} {bool(term)} {bool(trunc)}".encode())
+        reward += float(r)
+        if term or trunc:
+            obs, _ = env.reset()
+            episodes += 1
+    env.close()
+    return {"digest": h.hexdigest(), "episodes": episodes, "reward": round(reward, 9)}
+
+
+def _load() -> dict:
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+def test_every_case_has_a_golden_entry():
+    if UPDATE:
+        pytest.skip("updating")
+    assert sorted(_load()) == sorted(CASES), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_env_golden.py"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_env_golden(case):
+    got = play(*CASES[case])
+    if UPDATE:
+        data = _load()
+        data[case] = got
+        tmp = GOLDEN.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        tmp.replace(GOLDEN)
+        return
+    want = _load().get(case)
+    assert want is not None, f"no golden entry for {case}"
+    assert got == want, f"{case}: the env's observations, masks or rewards changed (regenerate and say why)"
