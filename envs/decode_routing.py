@@ -97,17 +97,22 @@ class _Router(DecodeRouter):
         self.n_admitted = 0
 
     def _open(self, sim, inst: int, key: tuple) -> None:
-        """First decision of a boundary: order the pool once (nothing enters it until the step runs)."""
+        """First decision of a boundary: order the pool once (nothing enters it until the step runs).
+
+        Arrays only (a boundary usually ends after a few of the pool's requests): the candidates, their
+        loads, prefix sums (the pool summary from a position on is the total minus a prefix) and, in
+        arrival order, suffix maxima (in length order the head's own load is the maximum of the rest)."""
         rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
         loads = sim.req.prompt[rids] + sim.req.done[rids]
         if self.order == "length":
             o = np.argsort(-loads, kind="stable")
             rids, loads = rids[o], loads[o]
         self._boundary = key
-        self._cand = rids.tolist()
-        self._loads = loads.tolist()
-        self._suf_sum = np.cumsum(loads[::-1])[::-1].tolist()  # pool summary from a position on
-        self._suf_max = np.maximum.accumulate(loads[::-1])[::-1].tolist()
+        self._cand = rids
+        self._loads = loads
+        self._csum = np.cumsum(loads)
+        self._neg = -loads if self.order == "length" else None  # ascending: bisect for the first that fits
+        self._sufmax = np.maximum.accumulate(loads[::-1])[::-1] if self.order != "length" else None
         self._pos = 0
         self.n_admitted = 0
         self._proj = self.projector.projection(sim, inst) if self.projector is not None else None
@@ -130,13 +135,19 @@ class _Router(DecodeRouter):
         free = d.batch < d.batch_limit
         if free.any():
             room = int((d.kv_cap - d.kv)[free].max())
-            while self._pos < len(self._cand):
-                if self._loads[self._pos] <= room:
-                    self.head = self._cand[self._pos]
-                    self.head_load = self._loads[self._pos]
-                    self._pos += 1
-                    return True
-                self._pos += 1  # fits no worker now: stays pooled for a later step
+            loads, n, pos = self._loads, len(self._loads), self._pos
+            if pos < n and loads[pos] > room:  # requests that fit no worker now stay pooled for a later step
+                if self._neg is not None:
+                    pos = max(pos, int(np.searchsorted(self._neg, -room, side="left")))
+                else:
+                    fit = np.flatnonzero(loads[pos:] <= room)
+                    pos = pos + int(fit[0]) if len(fit) else n
+            if pos < n:
+                self.head = int(self._cand[pos])
+                self.head_load = int(loads[pos])
+                self._pos = pos + 1
+                return True
+            self._pos = n
         self.close(sim, inst)
         return False
 
@@ -193,17 +204,20 @@ class _Router(DecodeRouter):
             H = self._proj.shape[1]
             w[:, N_WORKER:] = self._proj[:, [max(H // 4, 1) - 1, max(H // 2, 1) - 1, H - 1]] / S
         i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
+        csum = self._csum
+        rest_sum = int(csum[-1]) - (int(csum[i - 1]) if i > 0 else 0)
+        rest_max = self.head_load if self._sufmax is None else int(self._sufmax[i])
         req = sim.req
         rid = self.head
         g = np.array([
             len(sim.pool) / (n * B),
-            self._suf_sum[i] / (len(self._cand) - i) / (4 * ts),
-            self._suf_max[i] / (4 * ts),
+            rest_sum / (len(self._cand) - i) / (4 * ts),
+            rest_max / (4 * ts),
             self.head_load / (4 * ts),
             float(req.done[rid]) / ts,
             sim.now - float(req.first_token[rid]),
             lmax / S,
-            float(kv.mean()) / S,
+            float(kv.sum()) / n / S,  # = kv.mean(), the same bits
             float((B - d.batch).sum()) / (n * B),
             self.n_admitted / B,
             n / self.max_workers,

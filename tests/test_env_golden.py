@@ -24,10 +24,15 @@ GOLDEN = Path(__file__).parent / "golden" / "env_digests.json"
 UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
 STEPS = 400
 DECODE = {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=300", "workload.rate=400"]}
+TIGHT = {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=300", "workload.rate=400",
+                                                     "cluster.decode.kv_capacity_tokens=16000"]}
 CASES = {
     "decode_length": ("pdgym/DecodeRouting-v0", {**DECODE, "order": "length"}),
     "decode_arrival": ("pdgym/DecodeRouting-v0", {**DECODE, "order": "arrival"}),
     "decode_memo_features": ("pdgym/DecodeRouting-v0", {**DECODE, "horizon_features": "memo"}),
+    # KV so tight that pool requests often fit no worker: the walk passes over them
+    "decode_tight_kv_length": ("pdgym/DecodeRouting-v0", {**TIGHT, "order": "length"}),
+    "decode_tight_kv_arrival": ("pdgym/DecodeRouting-v0", {**TIGHT, "order": "arrival"}),
     "prefill_timing": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"]}),
     "prefill_allocation": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
                                                         "mode": "allocation"}),
