@@ -208,7 +208,8 @@ class _Core(PrefillScheduler):
         s[:, 2] = ~cap.acked
         s[:, 3] = [cap.expected_free(i, now) / tf for i in range(self.n)]
         s[:, 4] = cap.r_queued.sum(axis=1) / (self.D * chunk)
-        s[:, 5] = np.nan_to_num(cap.last_fwd / tf)
+        s[:, 5] = cap.last_fwd / tf
+        s[np.isnan(s[:, 5]), 5] = 0.0  # no pass reported yet (np.nan_to_num, without its inf handling: none here)
         s[:, N_INST:] = np.maximum(cap.chunk - cap.u_flight - cap.r_queued, -CLIP * chunk) / chunk
         return np.clip(np.concatenate([g, s.ravel()]), -CLIP, CLIP).astype(np.float32)
 
