@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
+from test_golden import record  # the digest file writer
 
 GOLDEN = Path(__file__).parent / "golden" / "env_digests.json"
 UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
@@ -76,11 +77,7 @@ def test_every_case_has_a_golden_entry():
 def test_env_golden(case):
     got = play(*CASES[case])
     if UPDATE:
-        data = _load()
-        data[case] = got
-        tmp = GOLDEN.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
-        tmp.replace(GOLDEN)
+        record(GOLDEN, case, got)
         return
     want = _load().get(case)
     assert want is not None, f"no golden entry for {case}"

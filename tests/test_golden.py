@@ -97,6 +97,17 @@ def _load() -> dict:
     return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
 
 
+def record(path: Path, case: str, got: dict) -> None:
+    """Write `got` as `case`'s entry of the digest file `path` (atomically, keys sorted); also used by
+    tests/test_env_golden.py."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[case] = got
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+    tmp.replace(path)
+
+
 ALL = cases()
 
 
@@ -118,12 +129,7 @@ def test_golden(case):
     got = run_case(*ALL[case])
     assert got["finished"] + got["rejected"] > 0
     if UPDATE:
-        data = _load()
-        data[case] = got
-        GOLDEN.parent.mkdir(exist_ok=True)
-        tmp = GOLDEN.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
-        tmp.replace(GOLDEN)
+        record(GOLDEN, case, got)
         return
     want = _load().get(case)
     assert want is not None, f"no golden entry for {case}"
