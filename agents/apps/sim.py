@@ -56,16 +56,17 @@ def policy_sets(cfg) -> list[tuple[str, dict]]:
 
 
 def validate(cfg: DictConfig) -> tuple:
-    """Every check before anything runs or is written: seed, simulator config, memory, policy sets."""
+    """Every check before anything runs or is written: seed, table format, simulator config, memory, policy
+    sets."""
     seed = check_seed(to_container(cfg).get("seed"))
     check(isinstance(cfg.get("plots", True), bool), "plots", f"got {cfg.get('plots')!r}; must be true or false")
     check(isinstance(cfg.get("trace", False), bool), "trace", f"got {cfg.get('trace')!r}; must be true or false")
-    check_table_format(cfg.get("tables", "csv"))
+    tables = check_table_format(cfg.get("tables", "csv"))
     sim_cfg = sim_config_from(cfg)
     specs = policy_sets(cfg)
     sets = [(label, make_policies(spec)) for label, spec in specs]
     Simulator(sim_cfg, make_policies(specs[0][1]), seed=seed)  # builds instances: capacity checks, no run
-    return seed, sim_cfg, sets
+    return seed, tables, sim_cfg, sets
 
 
 def metrics_table(rows: dict[str, dict], title: str) -> Table:
@@ -94,7 +95,7 @@ def _plot(fn, data: dict, path: Path) -> None:
 
 @hydra_cli("pdgym-sim", "config", validate=validate)
 def main(cfg: DictConfig) -> dict:
-    seed, sim_cfg, sets = validate(cfg)
+    seed, tables, sim_cfg, sets = validate(cfg)
     out = run_dir()
     for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
         (out / stale).unlink(missing_ok=True)
@@ -109,7 +110,7 @@ def main(cfg: DictConfig) -> dict:
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
         if label != first:
-            res.write(dirs[label], cfg.get("tables", "csv"))
+            res.write(dirs[label], tables)
     if len(rows) > 1:
         import pandas as pd
 
@@ -126,7 +127,7 @@ def main(cfg: DictConfig) -> dict:
     else:
         for label in passes:
             write_trace(dirs[label] / "trace.json", passes[label], results[label].requests)
-    results[first].write(out, cfg.get("tables", "csv"))  # metrics.json of the run: the last file written
+    results[first].write(out, tables)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
     Console().print(metrics_table(rows, f"{scenario} (seed {seed})"))
     print(f"results in {out}")
