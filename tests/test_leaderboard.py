@@ -166,6 +166,15 @@ def test_paired_table_and_regime_are_written_and_flag_an_out_of_regime_scenario(
     assert ((agg.prob_improvement >= 0) & (agg.prob_improvement <= 1)).all()
 
 
+def test_the_regime_policy_runs_even_when_the_baselines_leave_it_out(tmp_path):
+    cfg = tiny_config(tmp_path)
+    cfg["scenarios"]["decode_ht_n16"]["baselines"] = ["jsq", "random"]  # regime_policy is least_kv
+    sc = next(s for s in L.check_config(cfg)["scenarios"] if s.key == "decode_ht_n16")
+    assert L.regime_policy(sc) == "least_kv"
+    labels = [label for label, _, _ in L._candidates(sc, [])]
+    assert labels == ["jsq", "random", "least_kv"]  # else the regime would be measured on no runs (NaN, flagged)
+
+
 def test_markdown_html_and_plots_are_written_and_latest_points_at_the_board(board):
     out, _ = board
     assert (out.parent / "latest").resolve() == out.resolve()

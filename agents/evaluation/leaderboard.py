@@ -85,7 +85,7 @@ class BoardScenario:
     headroom: list = field(default_factory=list)  # oracle / hindsight rows: [{label, name, params...}]
     headroom_note: str = ""  # why there is no headroom row, where there is none
     load: float | None = None  # arrival rate = load x capacity measured by a burst of the regime policy
-    regime_policy: str | None = None  # the baseline whose runs measure the regime (default: reference)
+    regime_policy: str | None = None  # the baseline whose runs measure the regime (default: the scenario's own policy); always run
     regime: dict = field(default_factory=dict)  # declared bounds: load, pool_mean_min, pool_empty_max, why
     effect: float = 0.05  # smallest relative difference on `primary` the board exists to show
     note: str = ""
@@ -153,6 +153,9 @@ def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, A
                 continue
             label = spec.pop("label", None) or spec["name"]
             out.append((label, kind, spec))
+    pol = regime_policy(sc)
+    if (sc.regime or sc.load) and pol and pol not in {label for label, _, _ in out}:
+        out.append((pol, "baseline", {"name": pol}))  # the regime (and `load`'s capacity) is measured on its runs
     for a in agents:
         wanted = a.get("scenarios")
         if (wanted is None and agent_point(a["path"]) == sc.point) or (wanted is not None and sc.key in wanted):
