@@ -240,9 +240,11 @@ class PBAA:
         self.wait: dict[int, int] = {}  # left-over requests (pending) -> cycles waited, first left over first
         self.stats = {"cycles": 0, "placed": 0, "left_over": 0, "flow_control_rejected": 0, "throttled": 0}
 
-    def plan(self, sim, inst: int, c_avail: np.ndarray) -> tuple[list[tuple[int, int]], list[int], list[int]]:
-        """(placed (rid, dp) pending first, left-over rids, throttled new rids) for one cycle; changes nothing."""
-        buf = sim.buffer
+    def plan(self, sim, inst: int, c_avail: np.ndarray, only: list[int] | None = None
+             ) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+        """(placed (rid, dp) pending first, left-over rids, throttled new rids) for one cycle over the buffer,
+        or over its requests `only` (a release composition: the rest is not offered this cycle); changes nothing."""
+        buf = sim.buffer if only is None else dict.fromkeys(only)
         wait = self.wait
         pending = [r for r in wait if r in buf]
         new = [r for r in buf if r not in wait]
@@ -266,9 +268,10 @@ class PBAA:
                     left.append(rid)
         return placed, left, throttled
 
-    def release(self, sim, inst: int, cap: CapacityModel) -> int:
-        """Allocate the whole buffer to the DP units of `inst`, dispatch, count waits, apply flow control."""
-        placed, left, throttled = self.plan(sim, inst, cap.c_avail(inst))
+    def release(self, sim, inst: int, cap: CapacityModel, only: list[int] | None = None) -> int:
+        """Allocate the buffer (or its requests `only`) to the DP units of `inst`, dispatch, count waits,
+        apply flow control."""
+        placed, left, throttled = self.plan(sim, inst, cap.c_avail(inst), only)
         wait = self.wait
         for r in [r for r in wait if r not in sim.buffer]:  # resolved elsewhere (e.g. the run's horizon)
             del wait[r]

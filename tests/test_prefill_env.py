@@ -36,7 +36,7 @@ def random_masked(seed):
     return lambda env, obs, mask: int(rng.choice(np.flatnonzero(mask)))
 
 
-@pytest.mark.parametrize("mode", ["timing", "allocation"])
+@pytest.mark.parametrize("mode", ["timing", "allocation", "composition"])
 def test_passes_the_gymnasium_and_sb3_checkers(mode):
     env = make_env(overrides=SMALL, mode=mode)
     check_env(env, skip_render_check=True)
@@ -44,7 +44,7 @@ def test_passes_the_gymnasium_and_sb3_checkers(mode):
     lay = env.obs_layout
     assert lay["global_dim"] + lay["n_slots"] * lay["per_slot_dim"] == env.observation_space.shape[0]
     n, d = 3, 8
-    assert env.action_space.n == (1 + n if mode == "timing" else 2 + n * d)
+    assert env.action_space.n == {"timing": 1 + n, "allocation": 2 + n * d, "composition": 3}[mode]
 
 
 def test_registered_id_make_vec_and_dummy_vec_env():
@@ -73,7 +73,7 @@ def test_seeding_is_reproducible():
     assert a[0] != c[0]
 
 
-@pytest.mark.parametrize("mode", ["timing", "allocation"])
+@pytest.mark.parametrize("mode", ["timing", "allocation", "composition"])
 def test_return_is_minus_the_total_time_to_first_token(mode):
     env = make_env(overrides=SMALL, mode=mode)
     ret, _, info = play(env, random_masked(1), seed=2)
@@ -149,7 +149,7 @@ def test_agent_policy_replays_the_env_decisions_through_simulate():
     assert res.summary()["finished"] == 120
 
 
-@pytest.mark.parametrize("mode", ["timing", "allocation"])
+@pytest.mark.parametrize("mode", ["timing", "allocation", "composition"])
 def test_teacher_actions_reproduce_sbs_exactly(mode):
     over = ["workload.num_requests=600", "workload.rate=170"]
     env = make_env(overrides=over, mode=mode)
@@ -182,3 +182,36 @@ def test_bad_kwargs_fail_with_one_line(kwargs, key):
     with pytest.raises(ConfigError) as exc:
         make_env(overrides=SMALL, **kwargs)
     assert str(exc.value).startswith(key) and "\n" not in str(exc.value)
+
+
+def test_composition_mode_keeps_sbs_timing_and_its_scripted_rule_is_sbs_compose_length():
+    """Composition: a decision at each SBS release, one of {whole buffer, short half, long half}; choosing
+    by LengthClasses.rule replays SBS(compose=length) exactly, in the env and through AgentPolicy."""
+    over = ["workload.num_requests=600", "workload.rate=150"]
+    kwargs = {"overrides": over, "decode": "least_kv", "mode": "composition"}
+    env = make_env(**kwargs)
+    seen = []
+
+    def rule(e, obs, mask):
+        a = e.core.classes.rule(e.sim)
+        short, long = e.core.classes.split(e.sim)
+        assert list(mask) == [True, bool(short), bool(long)]
+        seen.append(a)
+        return a
+
+    _, steps, info = play(env, rule, seed=2)
+    assert {1, 2} <= set(seen) and steps == len(seen)
+    cfg = load_scenario("ds_v3_h800_3p1d", over).sim
+    ref = simulate(cfg, {"prefill": make_policy("prefill", {"name": "sbs", "compose": "length"}),
+                         "decode": make_policy("decode", "least_kv")}, env.sim.seed).summary()
+    assert info["summary"]["ttft_mean"] == pytest.approx(ref["ttft_mean"], rel=1e-12)
+    box = {}
+
+    class Replay(AgentPolicy):
+        def decide(self, sim):
+            box["sim"] = sim
+            super().decide(sim)
+
+    pol = Replay(lambda obs, mask: pol.classes.rule(box["sim"]), **kwargs)
+    res = simulate(cfg, {"prefill": pol, "decode": make_policy("decode", "least_kv")}, env.sim.seed).summary()
+    assert res["ttft_mean"] == pytest.approx(ref["ttft_mean"], rel=1e-12)

@@ -127,9 +127,11 @@ class ObsNormalizer:
 def _norm_state(vec_norm) -> tuple[dict, dict]:
     settings = {k: getattr(vec_norm, k) for k in ("norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma",
                                                   "epsilon")}
-    arrays = {"obs_mean": vec_norm.obs_rms.mean, "obs_var": vec_norm.obs_rms.var,
-              "obs_count": np.asarray(vec_norm.obs_rms.count), "ret_mean": np.asarray(vec_norm.ret_rms.mean),
-              "ret_var": np.asarray(vec_norm.ret_rms.var), "ret_count": np.asarray(vec_norm.ret_rms.count)}
+    arrays = {"ret_mean": np.asarray(vec_norm.ret_rms.mean), "ret_var": np.asarray(vec_norm.ret_rms.var),
+              "ret_count": np.asarray(vec_norm.ret_rms.count)}
+    if vec_norm.norm_obs:  # SB3 keeps observation statistics only when it normalises observations
+        arrays.update(obs_mean=vec_norm.obs_rms.mean, obs_var=vec_norm.obs_rms.var,
+                      obs_count=np.asarray(vec_norm.obs_rms.count))
     return {k: (bool(v) if isinstance(v, (bool, np.bool_)) else float(v)) for k, v in settings.items()}, arrays
 
 
@@ -318,8 +320,9 @@ def restore(model, path: Path, vec_norm=None) -> int:
         rb.pos, rb.full = int(m["replay"]["pos"]), bool(m["replay"]["full"])
     norm = data["normalize"]
     if vec_norm is not None and norm is not None:
-        vec_norm.obs_rms.mean, vec_norm.obs_rms.var = norm["obs_mean"], norm["obs_var"]
-        vec_norm.obs_rms.count = float(norm["obs_count"])
+        if vec_norm.norm_obs and "obs_mean" in norm:
+            vec_norm.obs_rms.mean, vec_norm.obs_rms.var = norm["obs_mean"], norm["obs_var"]
+            vec_norm.obs_rms.count = float(norm["obs_count"])
         vec_norm.ret_rms.mean, vec_norm.ret_rms.var = norm["ret_mean"], norm["ret_var"]
         vec_norm.ret_rms.count = float(norm["ret_count"])
     return model.num_timesteps
