@@ -242,6 +242,7 @@ def test_a_scenario_where_every_run_fails_exits_non_zero_and_keeps_latest(tmp_pa
     good = L.build(tiny_config(tmp_path, plots=False))
     cfg = tiny_config(tmp_path, plots=False)
     cfg["scenarios"]["decode_ht_n16"]["baselines"] = [{"name": "br0", "window": 0}]
+    cfg["scenarios"]["decode_ht_n16"]["regime"] = {}  # no regime to measure: no regime-policy runs either
     with pytest.raises(SystemExit) as exc:
         L.build(cfg)
     assert exc.value.code == 1

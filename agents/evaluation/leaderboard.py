@@ -83,7 +83,7 @@ class BoardScenario:
     baselines: list | None = None  # None: every registered baseline of `point`
     exclude: list[str] = field(default_factory=list)  # registered baselines left out (e.g. oracle-only)
     headroom: list = field(default_factory=list)  # oracle / hindsight rows: [{label, name, params...}]
-    headroom_note: str = ""  # why there is no headroom row, where there is none
+    headroom_note: str = ""  # what the headroom rows are, or why there is none
     load: float | None = None  # arrival rate = load x capacity measured by a burst of the regime policy
     regime_policy: str | None = None  # the baseline whose runs measure the regime (default: the scenario's own policy); always run
     regime: dict = field(default_factory=dict)  # declared bounds: load, pool_mean_min, pool_empty_max, why
@@ -629,8 +629,8 @@ def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
     for kind in ("agent", "headroom"):
         if st.get(f"{kind}_sentence"):
             notes.append(("Best agent: " if kind == "agent" else "Headroom: ") + st[f"{kind}_sentence"] + ".")
-    if not sc.headroom and sc.headroom_note:
-        notes.append(f"No headroom row: {sc.headroom_note}")
+    if sc.headroom_note:
+        notes.append(("Headroom rows: " if sc.headroom else "No headroom row: ") + sc.headroom_note)
     if b.meta.get("seeds_added", {}).get(sc.key):
         notes.append(f"Seeds added by the seeds rule: {b.meta['seeds_added'][sc.key]}.")
     if math.isfinite(rule["max_ci_width"]):
@@ -716,7 +716,7 @@ def write_html(b: Board, plot_dir: Path, path: Path) -> None:
          "</code> split (every policy replays the same traffic per seed); mean and 95% percentile-bootstrap interval "
          "over seeds; <i>vs reference</i>: paired ratio of means to the best heuristic minus one, paired bootstrap "
          f"interval. Commit {html.escape(str(b.meta.get('commit', '?')))}, generated "
-         f"{html.escape(b.meta['generated'])}. Rows: orange agents, blue headroom (oracle) rows.</p>")]
+         f"{html.escape(b.meta['generated'])}. Rows: orange agents, blue headroom rows (oracles, probes).</p>")]
     for i, sc in enumerate(b.scenarios):
         title, regime, notes = _scenario_head(b, i)
         frame, const = scenario_frame(b.table, sc, b.metrics, b.pairs, b.aliases, b.runs, drop_constant=True)
