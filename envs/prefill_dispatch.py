@@ -327,8 +327,8 @@ class _Core(PrefillScheduler):
         `_engine_unit`, if it left the choice to the engine; the roomiest allowed unit of that instance
         if the mask forbids that one), else skip it if other dispatches are pending, else hold.
         """
-        if self.mode == "composition":
-            return 0  # a prefill baseline releases the whole buffer
+        if self.mode == "composition":  # SBS(compose="length") composes by its rule; any other releases it all
+            return self.classes.rule(sim) if getattr(teacher, "classes", None) is not None else 0
         if self.teacher is not teacher:
             self.teacher = teacher
             self.intents.clear()

@@ -19,6 +19,7 @@ from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.training import imitation, model_store
 from pdgym.agents.training.features import SlotSetExtractor, policy_kwargs
 from pdgym.agents.training.train import train_from_overrides
+from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim.config import ConfigError
 
 ENV = "decode_routing"
@@ -308,6 +309,24 @@ def test_bc_warm_start_through_the_routing_env(tmp_path):
                               "total_timesteps=128"], tmp_path)
     assert s["bc"]["samples"] > 0 and s["bc"]["teacher"] == "br0"
     assert (tmp_path / "bc.json").is_file()
+
+
+def test_composition_recipe_clones_a_teacher_given_as_a_spec_and_saves_reward_only_normalisation(tmp_path):
+    """experiment=prefill_composition_bc_ppo: the teacher is {name: sbs, compose: length}; normalize reward only
+    (SB3 then keeps no observation statistics) saves, reloads and acts like the teacher it cloned."""
+    s = train_from_overrides(["experiment=prefill_composition_bc_ppo", 'env.overrides=["workload.num_requests=800"]',
+                              "agent.bc.episodes=10", "agent.bc.max_steps=1500", *SMALL_PPO, "total_timesteps=128",
+                              "eval.freq=64", "eval.seeds=[0]", "checkpoint_freq=64", "wandb.mode=disabled",
+                              "progress=false"], tmp_path)
+    assert s["bc"]["teacher"] == {"name": "sbs", "compose": "length"} and s["bc"]["val_accuracy"] > 0.9, s["bc"]
+    agent = E.load_agent(tmp_path)
+    assert agent.point == "prefill"
+    scen = {"workload.num_requests": 400}
+    raw = load_scenario("ds_v3_h800_3p1d", [f"{k}={v}" for k, v in scen.items()]).raw
+    got = E.run_one(raw, raw["policy"], E.resolve(str(tmp_path), "prefill"), None, 0).metrics["ttft_mean"]
+    rule = E.run_one(raw, raw["policy"], E.resolve({"name": "sbs", "compose": "length"}, "prefill"), None, 0)
+    sbs = E.run_one(raw, raw["policy"], E.resolve("sbs", "prefill"), None, 0).metrics["ttft_mean"]
+    assert abs(got - rule.metrics["ttft_mean"]) < 0.5 * abs(sbs - rule.metrics["ttft_mean"])  # nearer the teacher
 
 
 def test_bad_agent_config_is_one_line(tmp_path):

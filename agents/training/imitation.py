@@ -30,7 +30,7 @@ def teacher_action(env, teacher) -> int:
     return int(fn(teacher))
 
 
-def collect(make_env, teacher_spec: str, point: str, episodes: int, max_steps: int, gamma: float, seed: int,
+def collect(make_env, teacher_spec, point: str, episodes: int, max_steps: int, gamma: float, seed: int,
             progress: bool = False) -> dict:
     """Run the teacher through the env for `episodes` episodes (or `max_steps` decisions)."""
     from pdgym.baselines import make_policy

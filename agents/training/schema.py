@@ -36,7 +36,7 @@ class EnvSchema:
 
 @dataclass
 class BCSchema:
-    teacher: str | None = None  # baseline name at the env's decision point; null: no warm start
+    teacher: Any = None  # baseline at the env's decision point: a name or {name, params...}; null: no warm start
     episodes: int = 4  # teacher episodes collected through the env (train split)
     max_steps: int = 20000  # cap on collected decisions
     epochs: int = 20
