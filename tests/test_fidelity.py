@@ -26,7 +26,7 @@ def test_lookup_and_judge_follow_the_band_rules():
 def test_an_effect_is_out_of_regime_only_by_its_own_points():
     s = {"regime": {"out_of_regime": ["ascend_910c N=16 br0: share of decode steps with an empty pool"]}}
     assert fidelity.out_of_regime({"regime": "ascend_910c"}, s)
-    assert not fidelity.out_of_regime({"regime": "azure"}, s)
+    assert not fidelity.out_of_regime({"regime": "workload"}, s)
     assert fidelity.out_of_regime({}, s)  # no tag: every flagged point of the reproduction counts
 
 
@@ -108,3 +108,18 @@ def test_the_report_replaces_only_its_marked_block(tmp_path):
     text = doc.read_text()
     assert "table v2" in text and "table v1" not in text and text.endswith("hand-written\n")
     assert text.count("<!-- fidelity:begin -->") == 1
+
+
+def test_peak_rate_searches_below_a_floor_that_already_misses_the_target():
+    """A workload heavier than the one `lo` was set for (another trace) must not report `lo` as its peak."""
+    from pdgym.agents.experiments.measure import bracketed, peak_rate
+    from pdgym.envs.scenario import load_scenario
+
+    sim = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=150"]).sim
+    spec = {"name": "round_robin"}
+    top = peak_rate(sim, spec, 0.3, 150, [0], lo=50.0, hi=100.0, iters=3)  # 0.19 s at 100 req/s, 0.33 at 200
+    assert bracketed(top, 100.0) and 100.0 <= top < 200.0
+    low = peak_rate(sim, spec, 0.3, 150, [0], lo=400.0, hi=800.0, iters=3)  # 400 req/s misses it: search down
+    assert bracketed(low, 800.0) and 100.0 <= low < 200.0
+    none = peak_rate(sim, spec, 1e-4, 150, [0], lo=50.0, hi=100.0, iters=2, max_doublings=2)
+    assert none == 0.0 and not bracketed(none, 100.0)  # nothing meets a 0.1 ms TTFT: flagged

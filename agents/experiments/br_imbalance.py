@@ -196,7 +196,7 @@ def run(exp: Experiment) -> dict:
         rows = len(load_trace(base.workload.trace)) - int(base.workload.trace_offset)
         n_eval = min(n_eval, int(0.6 * rows))
     base = tier(base, num_requests=n_eval)
-    sets = [("azure" if base.workload.trace in (None, "azure_conv") else "trace", base, 0)]
+    sets = [("workload", base, 0)]  # the scenario's own workload (the Azure conversation trace unless workload.trace)
     if p.heavy_tail_scenario:
         ht = load_scenario(str(p.heavy_tail_scenario)).sim
         sets.append(("heavy_tail", tier(ht, num_requests=int(p.heavy_tail_requests)), int(p.heavy_tail_per_worker)))

@@ -26,6 +26,7 @@ from pdgym.envs.sim.config import LengthConfig
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
+from .measure import workload_lengths
 
 POLICIES = ("mb", "eb_star", "eb_plus")
 
@@ -48,6 +49,9 @@ def run(exp: Experiment) -> dict:
     seed = exp.seed
     ov = overrides_from(cfg)
     rows, tradeoff = [], []
+    prompts, outputs = workload_lengths(exp.sim, seed)
+    exp.regime("workload", "decode ratio mu_O / (mu_L + mu_O)", outputs.mean() / (prompts.mean() + outputs.mean()),
+               lo=float(p.min_decode_ratio))
     jobs = [(m, hw) for m in p.models for hw in p.hardware]
     for model, hw in tqdm(jobs, desc="hardware x model"):
         sim_cfg = load_scenario(f"coloc_{hw}_{model}", ov).sim

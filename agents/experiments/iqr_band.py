@@ -78,6 +78,7 @@ def run(exp: Experiment) -> dict:
                 "load report period k (decode steps)", "+-1 sigma KV band (k tokens)", exp.figure("band_vs_report.png"))
     plots.bars({k: v / ref.tput for k, v in table.tput.items()}, "decode throughput / baseline",
                exp.figure("throughput.png"))
+    exp.regime("iqr", "mean decode batch per worker", float(iqr.batch_mean), lo=float(p.min_mean_batch))
     return {"band_ratio": float(iqr.band_tokens / ref.band_tokens), "tput_gain": float(iqr.tput / ref.tput - 1),
             "baseline": base, "mean_batch": float(iqr.batch_mean),
             "band_tokens": {"iqr": float(iqr.band_tokens), "baseline": float(ref.band_tokens),

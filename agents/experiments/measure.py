@@ -31,6 +31,18 @@ METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s
            "finished")
 
 
+def workload_lengths(sim_cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) token counts of the run's requests, as the simulator draws them (for regime checks)."""
+    import warnings
+
+    from pdgym.envs.sim.workload import make_workload
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short trace says so once, when the reproduction runs
+        wl = make_workload(sim_cfg.workload, np.random.default_rng(seed))
+    return np.asarray(wl.prompt), np.asarray(wl.output)
+
+
 def at_rate(sim_cfg, rate: float, num_requests: int):
     return dataclasses.replace(sim_cfg, workload=dataclasses.replace(sim_cfg.workload, rate=float(rate),
                                                                      num_requests=int(num_requests)))
@@ -59,8 +71,9 @@ MAX_DOUBLINGS = 8
 
 
 def bracketed(rate: float, rate_hi: float) -> bool:
-    """False when `peak_rate` stopped doubling without finding a violating rate (the run is too short)."""
-    return rate < rate_hi * 2 ** (MAX_DOUBLINGS - 1)
+    """False when `peak_rate` stopped doubling without finding a violating rate (the run is too short), or
+    found no rate that meets the target (0: even the floor halved MAX_DOUBLINGS times misses it)."""
+    return 0 < rate < rate_hi * 2 ** (MAX_DOUBLINGS - 1)
 
 
 def peak_rate(sim_cfg, spec, target_s: float, num_requests: int, seeds, lo: float, hi: float,
@@ -68,19 +81,29 @@ def peak_rate(sim_cfg, spec, target_s: float, num_requests: int, seeds, lo: floa
     """Largest rate whose seed-mean TTFT stays <= target_s (and rejections <= max_reject), by bisection.
 
     `hi` is doubled until it violates the target (at most `max_doublings` times: a run too short to
-    overload returns its last `hi`, which the caller's regime check flags); `lo` must satisfy it.
+    overload returns its last `hi`, which the caller's regime check flags). A `lo` that already violates
+    it (a workload heavier than the one `lo` was set for, e.g. another trace) is halved until it meets
+    it; 0.0 when none does (flagged the same way, see `bracketed`).
     """
 
     def ok(rate: float) -> bool:
         m = run_point(sim_cfg, spec, rate, num_requests, seeds)
         return m["ttft_mean"] <= target_s and m["rejected"] <= max_reject * num_requests
 
-    for _ in range(max_doublings):
-        if not ok(hi):
-            break
-        lo, hi = hi, hi * 2
+    if not ok(lo):
+        for _ in range(max_doublings):
+            lo, hi = lo / 2, lo
+            if ok(lo):
+                break
+        else:
+            return 0.0
     else:
-        return lo
+        for _ in range(max_doublings):
+            if not ok(hi):
+                break
+            lo, hi = hi, hi * 2
+        else:
+            return lo
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)

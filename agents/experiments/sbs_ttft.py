@@ -29,12 +29,13 @@ hold the literal round robin (`sbs_strict`) and the payload-less readiness (`sbs
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from pdgym.agents import plots
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
-from .measure import bracketed, col, load_sweep, peak_rate, ratios
+from .measure import bracketed, col, load_sweep, peak_rate, ratios, workload_lengths
 
 
 def queueing_ceiling(table: pd.DataFrame, n: int) -> list[float]:
@@ -53,6 +54,10 @@ def run(exp: Experiment) -> dict:
     imm, sbs = exp.spec(p.immediate), exp.spec(p.sbs)
     sim_cfg = exp.sim
     slo = sim_cfg.slo.ttft_s
+    prompts, _ = workload_lengths(sim_cfg, exp.seed)
+    chunk = sim_cfg.cluster.prefill.chunk_tokens
+    exp.regime("short prompts", f"share of prompts longer than the {chunk}-token chunk",
+               float(np.mean(prompts > chunk)), hi=float(p.max_over_chunk))
     bar = tqdm(total=4, desc="sbs_ttft")
     peak = peak_rate(sim_cfg, imm, slo, int(p.peak_requests), list(p.peak_seeds), float(p.rate_lo),
                      float(p.rate_hi))
