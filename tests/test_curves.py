@@ -29,3 +29,15 @@ def test_seed_curves_of_two_runs_with_a_baseline_line(tmp_path):
     assert img.ndim == 3 and min(img.shape[:2]) > 100 and float(np.var(img)) > 0
     for run in runs:  # and one figure per run beside it
         assert float(np.var(mpimg.imread(run / "curves.png"))) > 0
+
+
+def test_a_mean_is_drawn_only_over_seeds_of_one_recipe(tmp_path):
+    from pdgym.agents.training.curves import same_recipe
+
+    def cfg(run, lr, seed):
+        run.mkdir()
+        (run / "config.yaml").write_text(f"seed: {seed}\nname: r_s{seed}\nagent: {{kwargs: {{learning_rate: {lr}}}}}\n")
+        return run
+
+    a, b, c = cfg(tmp_path / "a", 0.001, 0), cfg(tmp_path / "b", 0.001, 1), cfg(tmp_path / "c", 0.0001, 2)
+    assert same_recipe([a, b]) and not same_recipe([a, b, c])

@@ -62,9 +62,9 @@ def run_curves(run: Path, primary: str) -> Path | None:
 
 
 def seed_curves(runs: list[Path], primary: str, references: dict[str, float], path: Path,
-                direction: int = -1) -> Path:
-    """Validation `primary` of several runs (thin lines) and their mean over the common steps (thick),
-    with horizontal reference lines (heuristics on the same validation traffic)."""
+                direction: int = -1, mean: bool = True) -> Path:
+    """Validation `primary` of several runs (thin lines) and, with `mean` (seeds of one recipe), their mean
+    over the common steps (thick), with horizontal reference lines (heuristics on the same validation traffic)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     frames = []
     for run in runs:
@@ -72,7 +72,7 @@ def seed_curves(runs: list[Path], primary: str, references: dict[str, float], pa
         if not h.empty:
             ax.plot(h.timesteps, h[primary], lw=0.9, alpha=0.55, marker=".", label=Path(run).name)
             frames.append(h.set_index("timesteps")[primary])
-    if len(frames) > 1:
+    if mean and len(frames) > 1:
         common = pd.concat(frames, axis=1, join="inner")
         if not common.empty:
             ax.plot(common.index, common.mean(axis=1), lw=2.4, color="k", label=f"mean of {len(frames)} runs")
@@ -88,6 +88,19 @@ def seed_curves(runs: list[Path], primary: str, references: dict[str, float], pa
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+def same_recipe(runs: list[Path]) -> bool:
+    """True when the runs differ only in their seed (and the name that carries it): a mean over them means
+    something; runs of different recipes are drawn side by side."""
+    from omegaconf import OmegaConf
+
+    def recipe(run: Path) -> dict:
+        cfg = OmegaConf.to_container(OmegaConf.load(Path(run) / "config.yaml"))
+        return {k: v for k, v in cfg.items() if k not in ("seed", "name", "hydra")}
+
+    first = recipe(runs[0])
+    return all(recipe(r) == first for r in runs[1:])
 
 
 def heuristic_references(run: Path, names: list[str]) -> tuple[str, dict[str, float]]:
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         fail("pdgym-curves", str(exc))
     for r in args.runs:
         run_curves(r, primary)
-    print(seed_curves(args.runs, primary, refs, args.out, E.direction(primary)))
+    print(seed_curves(args.runs, primary, refs, args.out, E.direction(primary), mean=same_recipe(args.runs)))
     for k, v in refs.items():
         print(f"{k}: validation {primary} {v:.4g}")
 
