@@ -69,6 +69,10 @@ def run(exp: Experiment) -> dict:
     bar.update()
 
     long_cfg = exp.scenario(p.long_scenario)
+    long_prompts, _ = workload_lengths(long_cfg, exp.seed)
+    lo_tok, hi_tok = p.long_range
+    exp.regime("long prompts", f"share of prompts in the paper's {lo_tok}-{hi_tok} tokens",
+               float(np.mean((long_prompts >= lo_tok) & (long_prompts <= hi_tok))), lo=float(p.min_in_long_range))
     long_slo = long_cfg.slo.ttft_s
     peak_long = peak_rate(long_cfg, imm, long_slo, int(p.long_peak_requests), list(p.peak_seeds),
                           float(p.long_rate_lo), float(p.long_rate_hi))
@@ -81,9 +85,9 @@ def run(exp: Experiment) -> dict:
     bar.update()
     bar.close()
 
-    for t, n in ((main, int(p.num_requests)), (long, int(p.long_requests))):
-        for r in t[t.policy.isin(["immediate", "sbs"])].itertuples():
-            exp.regime(f"{r.scenario} {r.policy} @{r.load:.0%}", "rejected share", r.rejected / n, hi=0.01)
+    for tag, t, n in (("short prompts", main, int(p.num_requests)), ("long prompts", long, int(p.long_requests))):
+        for r in t[t.policy.isin(["immediate", "sbs"])].itertuples():  # point names start with the effect's tag
+            exp.regime(f"{tag} {r.policy} @{r.load:.0%}", "rejected share", r.rejected / n, hi=0.01)
     table = pd.concat([main, long], ignore_index=True)
     exp.table(table,
         f"Immediate dispatch's SLO-limited peak: {peak:.1f} req/s ({cfg.scenario_name}, mean TTFT <= {slo} s), "
