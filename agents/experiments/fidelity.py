@@ -177,6 +177,7 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
 
 def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: list[str]) -> str:
     n_pass = sum(r["verdict"] == "pass" for r in rows)
+    n_oor = sum("out of regime" in r["verdict"] for r in rows)
     lines = [
         "# Fidelity report: the papers' effects in pdgym",
         "",
@@ -193,7 +194,9 @@ def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: l
         "effect is claimed for, so the value is not a test of it. Figures are under "
         f"`{out_root}/NAME/`.",
         "",
-        f"**{n_pass} of {len(rows)} effects pass.**",
+        f"**{n_pass} of {len(rows)} effects pass**"
+        + (f"; {n_oor} out of regime (not tests of their effect), {len(rows) - n_pass - n_oor} fail or were not "
+           "measured in regime." if n_oor else "."),
         "",
         "| reproduction | effect | paper | pdgym | band | verdict | figure |",
         "|---|---|---|---|---|---|---|",
