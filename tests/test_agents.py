@@ -334,6 +334,10 @@ def test_bad_agent_config_is_one_line(tmp_path):
         train_from_overrides([*TINY, "agent.algo=sac"], tmp_path)
     with pytest.raises(ConfigError, match="agent.bc.teacher"):
         train_from_overrides([*TINY, "agent=dqn", "agent.bc.teacher=br0"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^agent\.bc\.teacher: policy\.decode\.name: unknown 'sbs'"):
+        train_from_overrides([*TINY, "agent=bc_maskable_ppo", "agent.bc.teacher=sbs"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^agent\.bc\.teacher: policy\.prefill\.compose: got 'bogus'"):
+        train_from_overrides(["experiment=prefill_composition_bc_ppo", "agent.bc.teacher.compose=bogus"], tmp_path)
     with pytest.raises(ConfigError, match=r"^agent\.kwargs\.learning_rate: got -1; must be > 0$"):
         train_from_overrides([*TINY, "agent.kwargs.learning_rate=-1"], tmp_path)
     with pytest.raises(ConfigError, match=r"^agent\.kwargs\.gamma: got 1\.5; must be in \(0, 1\]$"):

@@ -143,7 +143,22 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     if agent.bc.teacher is not None and agent.algo == "dqn":
         raise ConfigError("agent.bc.teacher: behaviour cloning warm-starts policy-gradient agents "
                           "(maskable_ppo, ppo, a2c), not dqn")
+    if agent.bc.teacher is not None:
+        check_teacher(agent.bc.teacher, env.point)
     return app, env, agent
+
+
+def check_teacher(teacher, point: str) -> None:
+    """A baseline of the env's decision point, by name or {name, params...}: built now, so a bad teacher fails
+    before the run folder exists (its parameters' own one-line errors)."""
+    from pdgym.baselines import make_policy
+
+    if not (isinstance(teacher, str) or (isinstance(teacher, dict) and "name" in teacher)):
+        raise ConfigError(f"agent.bc.teacher: got {teacher!r}; give a {point} baseline name or {{name: ..., params}}")
+    try:
+        make_policy(point, teacher)
+    except ConfigError as exc:
+        raise ConfigError(f"agent.bc.teacher: {exc}") from None
 
 
 def check_algo_kwargs(algo: str, kwargs: dict) -> None:
