@@ -84,6 +84,9 @@ OTHERS = [
     ("pdgym-eval", ["policy=jsq", "budget_s=0"], "budget_s"), ("pdgym-eval", ["policy=jsq", "tables=json"], "tables"),
     ("pdgym-eval", ["policy=no_such_policy"], "no_such_policy"),
     ("pdgym-eval", ["policy=/no/such/model.zip"], "/no/such/model.zip"),
+    # a change at the tested policy's own point would be dropped silently: refused, with the way to say it
+    ("pdgym-eval", ["policy=sbs", "scenario=ds_v3_h800_3p1d", "+policy.prefill.compose=length"],
+     "policy={name: sbs, KEY: VALUE}"),
     ("pdgym-leaderboard", ["split=holdout"], "split"), ("pdgym-leaderboard", ["agents=[/nonexistent/run]"], "agents"),
     ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),
     ("pdgym-leaderboard", ["metrics=[bogus]"], "bogus"), ("pdgym-leaderboard", ["n_jobs=0"], "n_jobs"),

@@ -573,7 +573,24 @@ def checked(data: dict) -> tuple:
     cand = resolve(data["eval_policy"], data.get("point"))
     others = dict(data.get("policy") or {})
     check_policies({k: v for k, v in others.items() if k != cand.point})
+    check_not_shadowed(data, cand)
     return cand, seeds, split_name, show, budget, others
+
+
+def check_not_shadowed(data: dict, cand: Candidate) -> None:
+    """The policy under test replaces `policy.<its point>`: a change made there (`policy/prefill=...`,
+    `policy.prefill.KEY=...`) would be dropped without a word, so it is refused with the way to say it."""
+    from pdgym.envs.scenario import load_scenario
+
+    name = data.get("scenario_name")
+    given = (data.get("policy") or {}).get(cand.point)
+    if not name or given is None:
+        return
+    if given != load_scenario(str(name)).policy.get(cand.point):
+        how = (f"policy={{name: {cand.spec['name']}, KEY: VALUE}}" if cand.kind == "baseline"
+               else "the agent's own configuration")
+        raise ConfigError(f"policy.{cand.point}: changed to {given!r}, but the policy under test ({cand.label}) "
+                          f"takes the {cand.point} decision point and replaces it; give its parameters as {how}")
 
 
 def validate(cfg) -> None:
