@@ -183,6 +183,24 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
+def _sub_value(overrides: list[str], key: str, path: str) -> str:
+    """The value at `path` inside the mapping an override gives to `key` (`repro.br0={name: br0, order: x}`, path
+    `order` -> `x`), as written on a command line; '...' when it cannot be read."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for o in overrides:
+        if o.split("=", 1)[0].lstrip("+~") != key:
+            continue
+        try:
+            cur = OverridesParser.create().parse_override(o).value()
+            for part in path.split("."):
+                cur = cur[part]
+        except Exception:  # noqa: BLE001 - a hint only: anything unreadable falls back to '...'
+            return "..."
+        return str(cur)
+    return "..."
+
+
 def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str) -> str:
     """A Hydra / OmegaConf composition error as one line: the key, what is wrong, what is allowed."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -217,6 +235,8 @@ def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str)
         close = difflib.get_close_matches(leaf, keys, n=1)
         hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
         allowed = ", ".join(keys) if keys else "no keys yet (free-form)"
+        if full != key:  # a mapping given to `key` carries the new key: suggest adding that key alone
+            value = _sub_value(overrides, key, full[len(key) + 1:])
         return f"{full}: unknown key; {hint}{parent or 'the config'} has: {allowed}; to add a new key use +{full}={value}"
     m = re.match(r"Could not append to config\. An item is already at '([^']+)'", first)
     if m:
