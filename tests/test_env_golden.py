@@ -11,18 +11,15 @@ keeps every digest; a commit that changes an env on purpose regenerates them and
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
-from test_golden import record  # the digest file writer
+from test_golden import UPDATE, load, match_or_record  # the digest-file helpers
 
 GOLDEN = Path(__file__).parent / "golden" / "env_digests.json"
-UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
 STEPS = 400
 DECODE = {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=300", "workload.rate=400"]}
 TIGHT = {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=300", "workload.rate=400",
@@ -63,22 +60,13 @@ def play(env_id: str, kwargs: dict) -> dict:
     return {"digest": h.hexdigest(), "episodes": episodes, "reward": round(reward, 9)}
 
 
-def _load() -> dict:
-    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-
-
 def test_every_case_has_a_golden_entry():
     if UPDATE:
         pytest.skip("updating")
-    assert sorted(_load()) == sorted(CASES), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_env_golden.py"
+    assert sorted(load(GOLDEN)) == sorted(CASES), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_env_golden.py"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_env_golden(case):
-    got = play(*CASES[case])
-    if UPDATE:
-        record(GOLDEN, case, got)
-        return
-    want = _load().get(case)
-    assert want is not None, f"no golden entry for {case}"
-    assert got == want, f"{case}: the env's observations, masks or rewards changed (regenerate and say why)"
+    match_or_record(GOLDEN, case, play(*CASES[case]), "the env's observations, masks or rewards changed "
+                    "(regenerate and say why)")

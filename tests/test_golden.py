@@ -93,19 +93,31 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
     }
 
 
-def _load() -> dict:
-    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+# The digest-file helpers below are shared with tests/test_env_golden.py.
+def load(path: Path) -> dict:
+    """The digest file `path` as {case: digests} (empty when it does not exist yet)."""
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def record(path: Path, case: str, got: dict) -> None:
-    """Write `got` as `case`'s entry of the digest file `path` (atomically, keys sorted); also used by
-    tests/test_env_golden.py."""
-    data = json.loads(path.read_text()) if path.exists() else {}
+    """Write `got` as `case`'s entry of the digest file `path` (atomically, keys sorted)."""
+    data = load(path)
     data[case] = got
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
     tmp.replace(path)
+
+
+def match_or_record(path: Path, case: str, got: dict, changed: str) -> None:
+    """With PDGYM_UPDATE_GOLDEN=1 store `got` as `case`'s digests; otherwise they must equal the stored ones
+    (`changed`: what the failure says moved)."""
+    if UPDATE:
+        record(path, case, got)
+        return
+    want = load(path).get(case)
+    assert want is not None, f"no golden entry for {case}"
+    assert got == want, f"{case}: {changed}"
 
 
 ALL = cases()
@@ -115,7 +127,7 @@ def test_every_case_has_a_golden_entry():
     """A new baseline or case needs its digests committed (and a stale entry means a case was dropped)."""
     if UPDATE:
         pytest.skip("updating")
-    assert sorted(_load()) == sorted(ALL), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py"
+    assert sorted(load(GOLDEN)) == sorted(ALL), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py"
 
 
 def test_every_registered_baseline_is_covered():
@@ -128,9 +140,4 @@ def test_every_registered_baseline_is_covered():
 def test_golden(case):
     got = run_case(*ALL[case])
     assert got["finished"] + got["rejected"] > 0
-    if UPDATE:
-        record(GOLDEN, case, got)
-        return
-    want = _load().get(case)
-    assert want is not None, f"no golden entry for {case}"
-    assert got == want, f"{case}: outputs changed (behaviour change? regenerate and say why in the commit)"
+    match_or_record(GOLDEN, case, got, "outputs changed (behaviour change? regenerate and say why in the commit)")
