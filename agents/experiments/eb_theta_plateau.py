@@ -24,10 +24,10 @@ from pdgym.envs.sim import Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import LengthConfig
 from pdgym.envs.sim.cost import linear_coefficients
-from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
+from .measure import workload_lengths
 
 
 def steady_rps(sim: Simulator, lo: float = 0.2, hi: float = 0.8) -> float:
@@ -54,11 +54,6 @@ def case_config(sim_cfg, n_slots: int, num_requests: int, output: LengthConfig |
     return dataclasses.replace(sim_cfg, cluster=dataclasses.replace(cl, colocated=co), workload=wl)
 
 
-def mean_lengths(sim_cfg, seed: int) -> tuple[float, float]:
-    wl = make_workload(sim_cfg.workload, np.random.default_rng(seed))
-    return float(wl.prompt.mean()), float(wl.output.mean())
-
-
 def sweep(sim_cfg, thetas, extra: float, seed: int) -> tuple[dict, float]:
     """Steady rps for every theta of the grid, and for `extra` (theta0)."""
     res = {th: steady_rps(run_policy(sim_cfg, EB(theta=th), seed)) for th in thetas}
@@ -70,7 +65,8 @@ def run(exp: Experiment) -> dict:
     p, seed, base = exp.p, exp.seed, exp.sim
     trace = base.workload.trace
     probe = Simulator(case_config(base, 64, 64, None), None, seed)
-    mu_l, mu_o_trace = mean_lengths(base, seed)
+    prompts, outputs = workload_lengths(base, seed)
+    mu_l, mu_o_trace = float(prompts.mean()), float(outputs.mean())
     coef = linear_coefficients(probe.colocated[0].cost, mu_l, mu_l + 64)
     thetas = [float(t) for t in p.thetas]
     mus = [mu_o_trace] if trace else [float(m) for m in p.mu_o]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -24,6 +25,7 @@ from pdgym.envs.sim import SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.observers import Observer
+from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
 
 # --------------------------------------------------------------------------- prefill: rates and loads
@@ -33,10 +35,6 @@ METRICS = ("ttft_mean", "ttft_p50", "ttft_p99", "device_queue_s", "sched_queue_s
 
 def workload_lengths(sim_cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(prompt, output) token counts of the run's requests, as the simulator draws them (for regime checks)."""
-    import warnings
-
-    from pdgym.envs.sim.workload import make_workload
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short trace says so once, when the reproduction runs
         wl = make_workload(sim_cfg.workload, np.random.default_rng(seed))
