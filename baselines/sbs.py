@@ -22,7 +22,10 @@ instance that reported none is ready. One that reported some is running (or abou
 continuation pass; a release joins that pass's idle DP units when it reaches the engine inside
 its batch-forming step (`cluster.prefill.batch_form_s` > L_net: the engine holds a pass that
 continues queued work so that a batch released on the EndForward lands in it; PBAA then fills
-the units the continuation leaves idle, the water-filling of Fig. 4). Otherwise the instance is
+the units the continuation leaves idle, the water-filling of Fig. 4). Such a release does not wait for
+I_opt (`join="form"`, default): the interval paces batches to free instances, but a continuation pass
+that forms without a release runs its leftover alone, with most DP units idle, and the next release then
+waits that whole pass. `join="interval"` (ablation) keeps the interval gate for it too. Otherwise the instance is
 ready once the offline profile says its reported work ends by the time a release sent now
 arrives ("will soon be ready"), so a release never waits a whole pass on the device.
 `readiness="ack"` (ablation) is the signal alone: any EndForward since our last dispatch means
@@ -63,6 +66,8 @@ from .registry import register
 ALLOCATIONS = ("pbaa", "pbaa_cache", "first_fit", "round_robin")
 ORDERS = ("strict", "next_ready")
 READINESS = ("payload", "ack")
+JOIN = ("form", "interval")
+EARLY = ("none", "full")
 COMPOSE = ("all", "length")
 
 
@@ -73,7 +78,7 @@ class SBS(PrefillScheduler):
     def __init__(self, allocation: str = "pbaa", window: int = 32, t_default: float | None = None,
                  l_net: float | None = None, watchdog: float = 5.0, poll_s: float = 0.05, n_limit: int = 3,
                  overload: str = "reject", order: str = "next_ready", readiness: str = "payload",
-                 compose: str = "all"):
+                 compose: str = "all", join: str = "form", early: str = "none"):
         check(allocation in ALLOCATIONS, "policy.prefill.allocation",
                     f"got {allocation!r}; allowed: {', '.join(ALLOCATIONS)}")
         check(l_net is None or (is_num(l_net) and l_net >= 0), "policy.prefill.l_net",
@@ -83,8 +88,12 @@ class SBS(PrefillScheduler):
         check(is_num(poll_s) and poll_s > 0, "policy.prefill.poll_s", f"got {poll_s!r}; must be > 0")
         check(order in ORDERS, "policy.prefill.order", f"got {order!r}; allowed: {', '.join(ORDERS)}")
         check(readiness in READINESS, "policy.prefill.readiness", f"got {readiness!r}; allowed: {', '.join(READINESS)}")
+        check(join in JOIN, "policy.prefill.join", f"got {join!r}; allowed: {', '.join(JOIN)}")
+        check(early in EARLY, "policy.prefill.early", f"got {early!r}; allowed: {', '.join(EARLY)}")
         check(compose in COMPOSE, "policy.prefill.compose", f"got {compose!r}; allowed: {', '.join(COMPOSE)}")
         self.readiness = readiness
+        self.join = join == "form" and readiness == "payload"  # the batch-forming step is read from the payload
+        self.early_full = early == "full"
         self.classes = LengthClasses() if compose == "length" else None
         self.allocation = allocation
         self.order_rule = order
@@ -111,8 +120,9 @@ class SBS(PrefillScheduler):
         self._wake_at = math.inf
         # late_s: release time past last_release + I_opt, summed (stagger slip, or an empty buffer at the due
         # time); busy_target: releases whose target was still running a pass (e.g. a long prompt's next
-        # chunk). Both are measurements for the reproductions; the policy does not read them.
-        self.stats = {"releases": 0, "watchdog_resets": 0, "late_s": 0.0, "busy_target": 0}
+        # chunk); joins: releases into a continuation pass's batch-forming step before I_opt was up. These are
+        # measurements for the reproductions; the policy does not read them.
+        self.stats = {"releases": 0, "watchdog_resets": 0, "late_s": 0.0, "busy_target": 0, "joins": 0}
         self._update_interval()
 
     def on_arrival(self, sim, rid: int) -> None:
@@ -191,12 +201,14 @@ class SBS(PrefillScheduler):
         if not sim.buffer or not self.order:
             return  # nothing to send, or no healthy instance: held until on_topology_change
         now = sim.now
-        due = self.last_release + self._interval
-        if now < due - 1e-12:
-            self._wake(sim, due)
-            return
         n = len(self.order)
         tries = n if self.order_rule == "next_ready" else 1
+        due = self.last_release + self._interval
+        if now < due - 1e-12:
+            if (self.join or self.early_full) and self._release_early(sim, tries):
+                return
+            self._wake(sim, min(due, self._frees_at(sim, tries)) if self.early_full else due)
+            return
         for k in range(tries):
             target = self.order[(self.ptr + k) % n]
             if self.ready(sim, target):
@@ -206,6 +218,47 @@ class SBS(PrefillScheduler):
             self._wake(sim, self._retry_at(sim, [self.order[(self.ptr + k) % n] for k in range(tries)]))
             return
         self.release(sim, target)
+
+    def _release_early(self, sim, tries: int) -> bool:
+        """Before I_opt is up, release to the first candidate that (join="form") has a continuation pass forming
+        a batch, whose idle DP units would otherwise run empty for a whole pass, or (early="full") is ready
+        while the buffer already holds what it can take, so waiting would only idle it. True if released."""
+        n = len(self.order)
+        cap = self.cap
+        for k in range(tries):
+            target = self.order[(self.ptr + k) % n]
+            if self.degraded[target] or not cap.acked[target]:
+                continue
+            if self.join and cap.in_form_window(target, sim.now):
+                self.stats["joins"] += 1
+            elif not (self.early_full and self.ready(sim, target) and self._fills(sim, target)):
+                continue
+            self.ptr += k
+            self.release(sim, target)
+            return True
+        return False
+
+    def _frees_at(self, sim, tries: int) -> float:
+        """early="full": the next time a candidate that is still working is predicted to become ready."""
+        cap = self.cap
+        n = len(self.order)
+        t = math.inf
+        for k in range(tries):
+            i = self.order[(self.ptr + k) % n]
+            if cap.acked[i] and not self.degraded[i] and cap.busy_until[i] - cap.net > sim.now:
+                t = min(t, cap.busy_until[i] - cap.net)
+        return t
+
+    def _fills(self, sim, target: int) -> bool:
+        """The buffer holds at least the target's free chunk capacity (summed only as far as needed)."""
+        need = float(self.cap.c_avail(target).clip(0).sum())
+        work = sim.req.work
+        got = 0
+        for rid in sim.buffer:
+            got += int(work[rid])
+            if got >= need:
+                return True
+        return False
 
     def release(self, sim, target: int, only: list[int] | None = None) -> int:
         """Send the buffered batch (or its requests `only`; with compose="length" the class the rule picks) to

@@ -128,3 +128,32 @@ def test_engine_dp_dispatch_round_robin_spreads_unplaced_requests_in_turn():
         cfg = one_instance(0.0)
         cfg["cluster"]["prefill"]["dp_dispatch"] = "random"
         Simulator(cfg, None, 0)
+
+
+def test_a_continuation_pass_forming_a_batch_gets_a_release_without_waiting_the_interval():
+    """Long prompts at about 80% load: with the interval gate on every release (join=interval) a continuation pass
+    mostly forms without one and runs its leftover with idle DP units, and the next release then waits that pass
+    on the device; joining the forming step fills those units (measured at full size, 2 seeds x 2,000 requests:
+    chunk utilisation 0.66 -> 0.79, mean TTFT 3.11 -> 2.70 s)."""
+    got = {}
+    for join in ("interval", "form"):
+        util, ttft, busy, joins = [], [], [], 0
+        for seed in (0, 1):
+            pol = SBS(join=join, overload="throttle")
+            sim = Simulator(long_prompts(27.0, 1500), {"prefill": pol}, seed)
+            sim.run()
+            m = SimResult(sim).summary()
+            util.append(m["chunk_util_mean"])
+            ttft.append(m["ttft_mean"])
+            busy.append(pol.stats["busy_target"] / pol.stats["releases"])
+            joins += pol.stats["joins"]
+        got[join] = (np.mean(util), np.mean(ttft), np.mean(busy), joins)
+    (u_i, t_i, b_i, j_i), (u_f, t_f, b_f, j_f) = got["interval"], got["form"]
+    assert j_i == 0 and j_f > 0, got
+    assert b_f < 0.02 < b_i, got  # releases no longer land on an instance mid-pass
+    assert u_f > u_i + 0.05 and t_f < t_i, got
+
+
+def test_join_is_validated():
+    with pytest.raises(ConfigError, match="policy.prefill.join"):
+        SBS(join="always")

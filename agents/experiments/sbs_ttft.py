@@ -22,9 +22,11 @@ Mechanism (baselines/sbs.py): SBS releases to an instance that is ready or will 
 the EndForward payload (tokens left per DP unit), and on these scenarios the engine holds a pass
 that continues queued work for a 2 ms batch-forming step, so a batch released on the EndForward of
 a long prompt's chunk joins that pass's idle DP units instead of waiting a whole pass on the
-device. `long.sbs_busy_target` is the share of releases sent while the target was running a pass
-(by design for "will soon be ready" releases, timed to land as the pass ends); the ablation rows
-hold the literal round robin (`sbs_strict`) and the payload-less readiness (`sbs_ack`).
+device; such a release does not wait for I_opt (`join=form`). `long.sbs_busy_target` is the share of
+releases sent while the target was running a pass (by design for "will soon be ready" releases, timed to
+land as the pass ends); the ablation rows hold the literal round robin (`sbs_strict`), the payload-less
+readiness (`sbs_ack`), the interval gate on joins too (`sbs_join_interval`, also on the long prompts:
+`long_others`) and pdgym's work-conserving early release (`sbs_early_full`, not in the paper).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def run(exp: Experiment) -> dict:
     exp.regime("long prompts", "immediate's peak bracketed by the bisection",
                bracketed(peak_long, float(p.long_rate_hi)), lo=1)
     bar.update()
-    long = load_sweep(long_cfg, {"immediate": imm, "sbs": sbs}, peak_long, loads, int(p.long_requests), seeds,
+    long_specs = {"immediate": imm, "sbs": sbs, **{k: exp.spec(v) for k, v in (p.get("long_others") or {}).items()}}
+    long = load_sweep(long_cfg, long_specs, peak_long, loads, int(p.long_requests), seeds,
                  "long prompts")
     long.insert(0, "scenario", p.long_scenario)
     bar.update()
@@ -121,7 +124,9 @@ def run(exp: Experiment) -> dict:
         "long": {"scenario": p.long_scenario, "peak_qps": peak_long,
                  "ttft_ratio": ratios(long, "sbs", "immediate", "ttft_mean"),
                  "ttft_p99_ratio": ratios(long, "sbs", "immediate", "ttft_p99"),
-                 "sbs_busy_target": col(long, "sbs", "busy_target")},
+                 "sbs_busy_target": col(long, "sbs", "busy_target"),
+                 "ablation": {k: ratios(long, k, "immediate", "ttft_mean") for k in long_specs
+                              if k not in ("immediate", "sbs")}},
     }
     if {"fixed_batch", "dynamic_batch"} <= set(specs):
         summary["batching"] = {k: {m: col(main, k, m) for m in ("ttft_p50", "ttft_std", "pass_cv")}
