@@ -65,6 +65,14 @@ def run_point(sim_cfg, spec, rate: float, num_requests: int, seeds) -> dict:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
+def full_pass_s(sim_cfg) -> float:
+    """The cost model's time for a prefill pass with every DP unit carrying a full chunk (fresh prompts)."""
+    P0 = Simulator(sim_cfg, None, 0).prefill[0]
+    full = np.full(P0.dp, float(P0.chunk_tokens))
+    z = np.zeros(P0.dp)
+    return float(P0.cost.pass_time(full, full * full / 2, z, z))
+
+
 MAX_DOUBLINGS = 8
 
 
