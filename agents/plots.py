@@ -52,8 +52,8 @@ def lines(x: list, series: dict[str, list], xlabel: str, ylabel: str, path: Path
           marks: dict[str, float] | None = None) -> Path:
     """Several y(x) curves on one axis, with optional vertical marks."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, y in series.items():
-        ax.plot(x, y, marker="o", label=label)
+    for i, (label, y) in enumerate(series.items()):  # past the 10 colours of the cycle, a new line style
+        ax.plot(x, y, marker="os^"[i // 10 % 3], ls=("-", "--", ":")[i // 10 % 3], label=label)
     for label, xv in (marks or {}).items():
         ax.axvline(xv, ls="--", color="k", lw=0.8)
         ax.annotate(label, (xv, ax.get_ylim()[1]), fontsize=8, ha="left", va="top")

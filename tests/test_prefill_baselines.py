@@ -74,6 +74,8 @@ def test_every_prefill_baseline_is_registered_and_its_config_builds():
     ({"name": "sbs", "t_default": 0.0}, "policy.prefill.t_default"),
     ({"name": "sbs", "order": "random"}, "policy.prefill.order"),
     ({"name": "sbs", "compose": "shortest"}, "policy.prefill.compose"),
+    ({"name": "sbs", "join": "always"}, "policy.prefill.join"),
+    ({"name": "sbs", "early": "soon"}, "policy.prefill.early"),
     ({"name": "sbs", "poll_s": 0}, "policy.prefill.poll_s"),
     ({"name": "fixed_batch", "b": 0}, "policy.prefill.b"),
     ({"name": "fixed_batch", "timeout_s": -1.0}, "policy.prefill.timeout_s"),
@@ -106,9 +108,9 @@ def test_zero_chunk_capacity_and_colocated_clusters_are_config_errors():
        allocation=st.sampled_from(["pbaa", "pbaa_cache", "first_fit", "round_robin"]),
        overload=st.sampled_from(["reject", "throttle"]), n_limit=st.integers(0, 4),
        rate=st.floats(10.0, 400.0), drop=st.sampled_from([0.0, 0.3]), down=st.booleans(),
-       compose=st.sampled_from(["all", "length"]))
+       compose=st.sampled_from(["all", "length"]), early=st.sampled_from(["none", "full"]))
 def test_every_request_is_finished_or_rejected_with_a_reason(seed, name, allocation, overload, n_limit, rate,
-                                                             drop, down, compose):
+                                                             drop, down, compose, early):
     faults = {"drop_end_forward": drop, "detect_s": 0.5,
               "down": [{"instance": 1, "at": 0.5, "until": 2.0}] if down else []}
     cfg = small(**faults)
@@ -117,7 +119,7 @@ def test_every_request_is_finished_or_rejected_with_a_reason(seed, name, allocat
     cfg["cluster"]["prefill"]["prefix_cache_entries"] = 4
     spec = {"name": name}
     if name == "sbs":
-        spec.update(allocation=allocation, overload=overload, n_limit=n_limit, compose=compose)
+        spec.update(allocation=allocation, overload=overload, n_limit=n_limit, compose=compose, early=early)
     sim = Simulator(cfg, {"prefill": make_policy("prefill", spec)}, seed)
     assert sim.run()
     assert_accounted(sim)
@@ -325,6 +327,18 @@ def test_sbs_cuts_mean_ttft_by_moving_the_queue_off_the_device():
     assert ratio < 0.9, ratio
     assert np.mean([b["device_queue_s"] for b in sbs]) < 0.5 * np.mean([a["device_queue_s"] for a in imm])
     assert 0 < np.mean([b["sched_queue_s"] for b in sbs]) < np.mean([a["device_queue_s"] for a in imm])
+
+
+def test_early_full_release_stops_the_interval_idling_a_ready_instance_at_overload():
+    """early="full": at about 100% of immediate dispatch's peak the interval holds a ready instance idle while the
+    buffer could fill it; releasing then cuts the scheduler queue (full size, 2 seeds x 4,000 requests at
+    250 req/s: mean TTFT 0.96 -> 0.86 s). Below saturation the buffer never fills an instance: no change."""
+    def ttft(rate, n, early):
+        return np.mean([simulate(scenario(rate, n), {"prefill": SBS(overload="throttle", early=early)}, s).summary()
+                        ["ttft_mean"] for s in (0, 1)])
+
+    assert ttft(101, 800, "full") == ttft(101, 800, "none")
+    assert ttft(250, 2500, "full") < 0.95 * ttft(250, 2500, "none")
 
 
 def test_length_composition_gives_short_prompts_short_passes():

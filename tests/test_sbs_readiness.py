@@ -153,7 +153,3 @@ def test_a_continuation_pass_forming_a_batch_gets_a_release_without_waiting_the_
     assert b_f < 0.02 < b_i, got  # releases no longer land on an instance mid-pass
     assert u_f > u_i + 0.05 and t_f < t_i, got
 
-
-def test_join_is_validated():
-    with pytest.raises(ConfigError, match="policy.prefill.join"):
-        SBS(join="always")
