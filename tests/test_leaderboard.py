@@ -301,3 +301,16 @@ def test_cli_runs_the_tiny_preset(tmp_path):
     r = _cli(["pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ranked by" in r.stdout and (tmp_path / "latest" / "leaderboard.csv").is_file()
+
+
+def test_the_boards_progress_flag_reaches_the_training_it_runs(tmp_path, monkeypatch):
+    """progress=false on the board silences the training bars too (BC's collection bar was printed into logs),
+    unless the train entry sets its own."""
+    from pdgym.agents.training import train
+
+    seen = []
+    monkeypatch.setattr(train, "train_from_overrides", lambda overrides, run, name: seen.append(overrides))
+    entries = [{"label": "a", "overrides": ["experiment=x"]}, {"label": "b", "overrides": ["progress=true"]}]
+    agents = L.train_agents(entries, tmp_path, progress=False)
+    assert seen == [["experiment=x", "progress=false"], ["progress=true"]]
+    assert [a["label"] for a in agents] == ["a", "b"]

@@ -758,8 +758,9 @@ def print_board(b: Board) -> None:
 
 
 # --------------------------------------------------------------------------- training entries
-def train_agents(entries: list[dict], out: Path) -> list[dict]:
-    """Train each `train:` entry with pdgym-train's code (in this process) and list it as an agent."""
+def train_agents(entries: list[dict], out: Path, progress: bool = True) -> list[dict]:
+    """Train each `train:` entry with pdgym-train's code (in this process) and list it as an agent; the board's
+    `progress` applies to the training's bars too unless the entry sets its own."""
     agents = []
     if not entries:
         return agents
@@ -769,7 +770,10 @@ def train_agents(entries: list[dict], out: Path) -> list[dict]:
         e = dict(e)
         label = e.pop("label")
         run = out / "agents" / label
-        train.train_from_overrides(list(e.pop("overrides", [])), run, name=label)
+        overrides = list(e.pop("overrides", []))
+        if not any(str(o).lstrip("+~").startswith("progress=") for o in overrides):
+            overrides.append(f"progress={str(bool(progress)).lower()}")
+        train.train_from_overrides(overrides, run, name=label)
         agents.append({"label": label, "path": str(run), "scenarios": e.pop("scenarios", None)})
     return agents
 
@@ -880,7 +884,7 @@ def build(cfg: dict) -> dict:
     root = Path(cfg["out_dir"])
     out = board_dir(root)
     agents = [dict(a) for a in cfg.get("agents") or []]
-    agents += train_agents(list(cfg.get("train") or []), out)
+    agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
                 if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
