@@ -123,3 +123,28 @@ def test_peak_rate_searches_below_a_floor_that_already_misses_the_target():
     assert bracketed(low, 800.0) and 100.0 <= low < 200.0
     none = peak_rate(sim, spec, 1e-4, 150, [0], lo=50.0, hi=100.0, iters=2, max_doublings=2)
     assert none == 0.0 and not bracketed(none, 100.0)  # nothing meets a 0.1 ms TTFT: flagged
+
+
+def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
+    """Every router replays each seed; the summary's ratios are of seed means, with the per-seed spread beside."""
+    import pandas as pd
+    from pdgym.agents.experiments import br_imbalance as B
+
+    rows = [{"workload": "w", "N": 8, "router": r, "seed": s, "imbalance": imb, "tput": tput, "tpot_p95": 1.0,
+             "capacity_per_worker": 3.0, "prefill_instances": 4, "pool_mean": 10.0, "empty_pool_frac": 0.0,
+             "slot_occupancy": 1.0}
+            for r, s, imb, tput in [("least_kv", 0, 100.0, 1.0), ("least_kv", 1, 300.0, 1.0),
+                                    ("random", 0, 150.0, 1.0), ("random", 1, 150.0, 1.0),
+                                    ("br0", 0, 50.0, 1.1), ("br0", 1, 60.0, 1.3)]]
+    table = pd.DataFrame(rows)
+    means = B.seed_means(table)
+    assert len(means) == 3 and means.set_index("router").imbalance["least_kv"] == 200.0
+    p = OmegaConf.create({"classic": ["least_kv", "random"]})
+    fields = B.summarise(means, p)
+    assert fields["best_classic"] == ["random"]  # 150 < least_kv's mean 200 (least_kv's seed 0 alone is lower)
+    assert fields["imb_ratio_br0"] == [pytest.approx(55.0 / 150.0)]
+    assert fields["imb_ratio_brh_oracle"] == [None]  # no BR-H rows: None, not a KeyError
+    spread = B.per_seed(table, fields)
+    assert spread["seeds"] == [0, 1]
+    assert spread["imb_ratio_br0_seeds"] == [[round(50 / 150, 4), round(60 / 150, 4)]]
+    assert spread["tput_gain_br0_seeds"] == [[0.1, 0.3]]

@@ -29,7 +29,10 @@ fitted on the trace rows outside the evaluated ones. The same comparison runs on
 synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
 `sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
 
-Outputs: results.csv / results.md (every router x N x workload), kv_traces_<wl>.png (per-worker KV
+Seeds (`seeds`): every router replays each seed's traffic (the rate calibrated on the first); the summary
+holds the seed means and BR-0's ratios seed by seed (`imb_ratio_br0_seeds`, `tput_gain_br0_seeds`).
+
+Outputs: results.csv / results.md (every router x N x seed x workload), kv_traces_<wl>.png (per-worker KV
 over a window of steps for each router), imbalance_vs_n_<wl>.png, throughput_<wl>.png, summary.json.
 """
 
@@ -74,36 +77,60 @@ def routers(p) -> list:
 
 
 # --------------------------------------------------------------------------- one workload
-def compare(base, p, seed: int, tag: str, exp: Experiment, per_worker: int = 0) -> tuple[pd.DataFrame, dict]:
-    """Every router on every N for one workload; returns the table and the summary fields.
+def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: int = 0) -> tuple[pd.DataFrame, dict]:
+    """Every router on every N and seed for one workload (every router replays each seed's traffic); returns
+    the per-seed table and the summary fields (seed means, plus BR-0's per-seed ratios).
     `per_worker` > 0: replay max(base requests, per_worker x N) requests, the same count per worker."""
     rows, traces = [], {}
     specs = routers(p)
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
         cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
-        cap, prefill_rps = tier_capacity(cfg, seed)
+        cap, prefill_rps = tier_capacity(cfg, seeds[0])
         cfg = fed(tier(cfg, rate=float(p.load) * cap), float(p.load) * cap, prefill_rps, float(p.feed_margin))
         for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
-            r = run_router(cfg, spec, seed, float(p.window_start), float(p.trace_at),
-                           int(p.trace_steps) if n == p.trace_n else 0)
-            kept = r.pop("kept")
-            if n == p.trace_n:
-                traces[label(spec)] = kept
-            rows.append({"workload": tag, "N": int(n), "router": label(spec), "rate": float(p.load) * cap,
-                         "capacity_rps": cap, "capacity_per_worker": cap / int(n),
-                         "prefill_instances": cfg.cluster.prefill.count, **r})
+            for seed in seeds:
+                figure = n == p.trace_n and seed == seeds[0]
+                r = run_router(cfg, spec, seed, float(p.window_start), float(p.trace_at),
+                               int(p.trace_steps) if figure else 0)
+                kept = r.pop("kept")
+                if figure:
+                    traces[label(spec)] = kept
+                rows.append({"workload": tag, "N": int(n), "router": label(spec), "seed": int(seed),
+                             "rate": float(p.load) * cap, "capacity_rps": cap, "capacity_per_worker": cap / int(n),
+                             "prefill_instances": cfg.cluster.prefill.count, **r})
     table = pd.DataFrame(rows)
-    for r in table[table.router.isin(["br0", "least_kv"])].itertuples():
+    means = seed_means(table)
+    for r in means[means.router.isin(["br0", "least_kv"])].itertuples():
         exp.regime(f"{tag} N={r.N} {r.router}", "share of decode steps with an empty pool", r.empty_pool_frac,
                    hi=float(p.regime_max_empty_pool), note="(not saturated: nothing left to choose from)")
-    fields = summarise(table, p)
+    fields = summarise(means, p)
+    fields.update(per_seed(table, fields))
     plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
-    plot_groups(table, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
-    plot_groups(table, "tput", "decode throughput", exp.figure(f"throughput_{tag}.png"),
+    plot_groups(means, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
+    plot_groups(means, "tput", "decode throughput", exp.figure(f"throughput_{tag}.png"),
                 relative=True)
     return table, fields
+
+
+def seed_means(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (N, router): the mean over seeds of every measured column."""
+    num = table.select_dtypes("number").columns.drop(["N", "seed"])
+    return table.groupby(["N", "router"], sort=False)[list(num)].mean().reset_index()
+
+
+def per_seed(table: pd.DataFrame, fields: dict) -> dict:
+    """BR-0's imbalance ratio and throughput gain seed by seed, against the best classic router of the seed
+    means: the spread the summary's means hide (one seed's N = 32 ratio moved by up to 0.1)."""
+    out: dict = {"seeds": sorted(int(s) for s in table.seed.unique()), "imb_ratio_br0_seeds": [],
+                 "tput_gain_br0_seeds": []}
+    for n, best in zip(fields["N"], fields["best_classic"]):
+        t = table[table["N"] == n]
+        br0, ref = t[t.router == "br0"].set_index("seed"), t[t.router == best].set_index("seed")
+        out["imb_ratio_br0_seeds"].append((br0.imbalance / ref.imbalance).round(4).tolist())
+        out["tput_gain_br0_seeds"].append((br0.tput / ref.tput - 1).round(4).tolist())
+    return out
 
 
 def summarise(table: pd.DataFrame, p) -> dict:
@@ -118,13 +145,14 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["N"].append(int(n))
         f["best_classic"].append(best)
         f["imb_ratio_br0"].append(t.imbalance["br0"] / t.imbalance[best])
-        f["imb_ratio_brh_oracle"].append(t.imbalance["brh_oracle"] / t.imbalance["br0"])
+        oracle = "brh_oracle" in t.index  # the BR-H rows are optional (repro.predictors); absent: None
+        f["imb_ratio_brh_oracle"].append(t.imbalance["brh_oracle"] / t.imbalance["br0"] if oracle else None)
         f["tput_gain_br0"].append(t.tput["br0"] / t.tput[best] - 1)
-        f["tpot_p95_ratio_brh"].append(t.tpot_p95["brh_oracle"] / t.tpot_p95[best])
+        f["tpot_p95_ratio_brh"].append(t.tpot_p95["brh_oracle"] / t.tpot_p95[best] if oracle else None)
         for pred in ("survival", "memo", "survival_hold", "memo_hold"):
             key = f"brh_{pred}"
             f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
-        f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1)
+        f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1 if oracle else None)
         f["capacity_per_worker"].append(float(t.capacity_per_worker.iloc[0]))
         f["prefill_instances"].append(int(t.prefill_instances.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
@@ -189,7 +217,7 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 @experiment
 def run(exp: Experiment) -> dict:
     p = exp.p
-    seed = exp.seed
+    seeds = exp.seeds
     base = exp.sim
     n_eval = int(p.num_requests)
     if base.workload.trace is not None:  # keep at least 40% of the trace for the predictors to train on
@@ -204,11 +232,11 @@ def run(exp: Experiment) -> dict:
         sets.append(("ascend_910c", tier(exp.scenario(str(p.paper_scenario)), num_requests=n_eval), 0))
     tables, fields, sweeps = [], {}, []
     for tag, sim_cfg, per_worker in tqdm(sets, desc="br_imbalance workloads"):
-        table, f = compare(sim_cfg, p, seed, tag, exp, per_worker)
+        table, f = compare(sim_cfg, p, seeds, tag, exp, per_worker)
         tables.append(table)
         fields[tag] = f
         if p.sweep:
-            sweeps.append(sweep(sim_cfg, p, seed, tag))
+            sweeps.append(sweep(sim_cfg, p, seeds[0], tag))
     table = pd.concat(tables, ignore_index=True)
     md = [table.to_markdown(index=False, floatfmt=".4g")]
     if sweeps:
