@@ -66,6 +66,7 @@ REPRO = [
     (["md1_check", "seed=-1"], "seed"), (["md1_check", "seed=abc"], "seed"), (["md1_check", "bogus=1"], "+bogus=1"),
     (["md1_check", "repro.bogus=1"], "repro.bogus"), (["md1_check", "--frobnicate"], "flags"),
     (["md1_check", "workload.rate=inf"], "workload.rate"),
+    (["br_imbalance", "repro.seeds=[]"], "repro.seeds"), (["sbs_ttft", "repro.seeds=[-1]"], "repro.seeds"),
     # a new key inside a mapping: the hint adds that key alone, with its own value
     (["br_imbalance", "repro.br0={name: br0, order: length}"], "use +repro.br0.order=length"),
 ]

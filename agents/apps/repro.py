@@ -22,6 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.common import compose_checked, fail, one_line_errors, sim_config_from, split_argv, to_container
+from pdgym.agents.experiments.harness import repro_seeds
 from pdgym.envs.sim.config import check_seed
 from pdgym.envs.sim.metrics import write_json
 
@@ -44,6 +45,7 @@ def load(name: str, overrides: list[str]):
 def validate(cfg) -> None:
     """What every runner relies on: a valid seed and simulator config (before any folder exists)."""
     check_seed(to_container(cfg).get("seed"))
+    repro_seeds(cfg)
     sim_config_from(cfg)
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+from omegaconf import OmegaConf
 from pdgym.agents.common import sim_config_from, to_container
 from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.config import SimConfig
 
 
@@ -45,6 +47,18 @@ def write_marked(path: Path, tag: str, block: str, head: str = "") -> None:
     else:
         text = text.rstrip("\n") + ("\n\n" if text.strip() else "") + marked + "\n"
     write_text(path, text)
+
+
+def repro_seeds(cfg) -> list[int]:
+    """`repro.seeds` (checked: a non-empty list of integers >= 0), or the run's one `seed` when it has none."""
+    s = cfg.repro.get("seeds")
+    if s is None:
+        return [int(cfg.seed)]
+    s = list(s) if OmegaConf.is_list(s) else s
+    if not isinstance(s, list) or not s or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                    for x in s):
+        raise ConfigError(f"repro.seeds: got {s!r}; must be a non-empty list of integers >= 0")
+    return s
 
 
 @dataclass
@@ -72,8 +86,7 @@ class Experiment:
     @property
     def seeds(self) -> list[int]:
         """`repro.seeds` when the reproduction averages over seeds, else the run's one seed."""
-        s = self.p.get("seeds")
-        return [int(x) for x in s] if s is not None else [self.seed]
+        return repro_seeds(self.cfg)
 
     @cached_property
     def sim(self) -> SimConfig:
