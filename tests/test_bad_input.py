@@ -67,6 +67,14 @@ REPRO = [
     (["md1_check", "repro.bogus=1"], "repro.bogus"), (["md1_check", "--frobnicate"], "flags"),
     (["md1_check", "workload.rate=inf"], "workload.rate"),
     (["br_imbalance", "repro.seeds=[]"], "repro.seeds"), (["sbs_ttft", "repro.seeds=[-1]"], "repro.seeds"),
+    # list parameters against the reproduction's defaults (an empty N or classic crashed mid-run)
+    (["br_imbalance", "repro.N=[]"], "repro.N"), (["br_imbalance", "repro.classic=[]"], "repro.classic"),
+    (["br_imbalance", "repro.N=[8.5]"], "integers"), (["sbs_ttft", "repro.loads=[-0.5]"], "repro.loads"),
+    (["sbs_ttft", "repro.loads=[a]"], "numbers"), (["sbs_ttft", "repro.long_range=[9,3]"], "two ascending"),
+    (["pbaa_util", "repro.scenarios=[]"], "repro.scenarios"), (["eb_hardware", "repro.hardware=[1]"], "names"),
+    (["md1_check", "repro.rhos=0.5"], "repro.rhos"),
+    # found by the runner, after its folder exists: the folder goes again
+    (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d,ds_v3_h800_3p1d_long]"], "repro.ttft_target_s"),
     # a new key inside a mapping: the hint adds that key alone, with its own value
     (["br_imbalance", "repro.br0={name: br0, order: length}"], "use +repro.br0.order=length"),
 ]

@@ -85,15 +85,16 @@ def test_sim_interrupted_while_writing(tmp_path, sig):
         assert partial.exists()  # left behind, but under a name no reader takes for a result
 
 
-def test_repro_interrupted_keeps_the_previous_summary_apart(tmp_path):
+def test_repro_interrupted_keeps_the_previous_run_whole(tmp_path):
     prev = tmp_path / "runs/repro/md1_check"
     prev.mkdir(parents=True)
     (prev / "summary.json").write_text('{"previous": true}\n')
+    partial = tmp_path / "runs/repro/md1_check.partial"
     r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]"],
-                   lambda: (tmp_path / "runs/repro/md1_check.previous").exists() and time.sleep(1.5) is None,
-                   signal.SIGINT, tmp_path)
+                   lambda: partial.exists() and time.sleep(1.5) is None, signal.SIGINT, tmp_path)
     assert r.returncode == 130 and "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.strip().splitlines() if "it/s]" not in ln]  # the progress bar aside
     assert len(lines) == 1 and lines[0].startswith("pdgym-repro: error: interrupted")
-    assert not (prev / "summary.json").exists()
-    assert (tmp_path / "runs/repro/md1_check.previous/summary.json").read_text() == '{"previous": true}\n'
+    assert not partial.exists()  # the interrupted run's files are gone
+    assert (prev / "summary.json").read_text() == '{"previous": true}\n'  # the last complete run stands
+    assert not (tmp_path / "runs/repro/md1_check.previous").exists()

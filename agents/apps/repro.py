@@ -7,9 +7,10 @@
 Each conf/repro/NAME.yaml is a global-package config that picks a scenario and holds a
 `repro` block: `runner` (module:function) and the runner's parameters. The runner gets the
 composed config and the output directory and returns the summary dict; this module writes
-config.yaml and, last and atomically, summary.json. A previous run's folder is moved to
-runs/repro/NAME.previous first, so an interrupted run (Ctrl-C: one line, exit 130) never leaves
-an older summary.json standing as if it were this run's.
+config.yaml and summary.json. The run is written to runs/repro/NAME.partial and renamed to
+runs/repro/NAME only when complete (a previous run's folder becomes NAME.previous then); a run that
+fails or is interrupted (Ctrl-C: one line, exit 130) removes its partial folder, so nothing half-done
+looks like a result and the last complete run stays where it was.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.common import compose_checked, fail, one_line_errors, sim_config_from, split_argv, to_container
-from pdgym.agents.experiments.harness import repro_seeds
+from pdgym.agents.experiments.harness import check_lists, repro_seeds
 from pdgym.envs.sim.config import check_seed
 from pdgym.envs.sim.metrics import write_json
 
@@ -42,28 +43,40 @@ def load(name: str, overrides: list[str]):
     return compose_checked(APP, "config", [f"+repro={name}", *overrides])
 
 
-def validate(cfg) -> None:
-    """What every runner relies on: a valid seed and simulator config (before any folder exists)."""
+def validate(cfg, defaults, runner) -> None:
+    """What every runner relies on, checked before any folder exists: a valid seed, simulator config and
+    `repro` lists (against the reproduction's defaults, `defaults`)."""
     check_seed(to_container(cfg).get("seed"))
     repro_seeds(cfg)
+    check_lists(cfg.repro, defaults.repro, getattr(runner, "may_be_empty", frozenset()))
     sim_config_from(cfg)
 
 
 @one_line_errors(APP)
 def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) -> dict:
     cfg = load(name, overrides)
-    validate(cfg)
     mod_name, fn_name = cfg.repro.runner.split(":")
     runner = getattr(importlib.import_module(mod_name), fn_name)
-    out = out_root / name
-    if out.exists():  # the previous run stays whole, under another name, until this one completes
+    validate(cfg, load(name, []), runner)
+    out, partial = out_root / name, out_root / f"{name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    created = [d for d in (out_root, *out_root.parents) if not d.exists()]  # deepest first
+    partial.mkdir(parents=True)
+    try:
+        summary = runner(cfg, partial)
+        (partial / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        write_json(partial / "summary.json", summary)
+    except BaseException:  # a failed run leaves nothing that looks like a result, nor folders it made
+        shutil.rmtree(partial, ignore_errors=True)
+        for d in created:
+            if d.exists() and not any(d.iterdir()):
+                d.rmdir()
+        raise
+    if out.exists():  # the previous run stays, under another name
         previous = out_root / f"{name}.previous"
         shutil.rmtree(previous, ignore_errors=True)
         out.rename(previous)
-    out.mkdir(parents=True)
-    summary = runner(cfg, out)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    write_json(out / "summary.json", summary)  # last: the mark of a complete run
+    partial.rename(out)
     print(f"{name}: summary in {out / 'summary.json'}")
     return summary
 

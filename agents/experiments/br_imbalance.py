@@ -214,7 +214,7 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- entry point
-@experiment
+@experiment(may_be_empty=("predictors", "hold_predictors"))
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds

@@ -61,6 +61,41 @@ def repro_seeds(cfg) -> list[int]:
     return s
 
 
+def _fits(x, kind: str, sign: str) -> bool:
+    """One list element against the kind and sign `check_lists` inferred from the defaults."""
+    if kind == "names":
+        return isinstance(x, str) and bool(x)
+    if isinstance(x, bool) or not isinstance(x, int if kind == "integers" else (int, float)) or not math.isfinite(x):
+        return False
+    return not sign or (x > 0 if sign == " > 0" else x >= 0)
+
+
+def check_lists(block, defaults, may_be_empty=frozenset()) -> None:
+    """The reproduction's list parameters against its own defaults, before any run folder exists.
+
+    A key whose default is a non-empty list of scalars must get a list of the same kind (integers,
+    numbers or names), non-empty unless the reproduction declares it optional (`may_be_empty`), with the
+    defaults' sign (all > 0 or all >= 0 stays so); a `*_range` is two ascending numbers. Without this an
+    empty `repro.N` or `repro.classic` crashed mid-run with a traceback."""
+    for key, dv in defaults.items():
+        if not (OmegaConf.is_list(dv) and len(dv) and all(isinstance(x, (int, float, str)) for x in dv)):
+            continue
+        dv, v = list(dv), block.get(key)
+        v = list(v) if OmegaConf.is_list(v) else v
+        kind = ("names" if all(isinstance(x, str) for x in dv)
+                else "integers" if all(isinstance(x, int) and not isinstance(x, bool) for x in dv) else "numbers")
+        sign = "" if kind == "names" else " > 0" if min(dv) > 0 else " >= 0" if min(dv) >= 0 else ""
+        optional = key in may_be_empty
+        ok = isinstance(v, list) and (bool(v) or optional) and all(_fits(x, kind, sign) for x in v)
+        if key.endswith("_range"):
+            ok = ok and len(v) == 2 and v[0] < v[1]
+            want = f"two ascending numbers{sign}, e.g. {dv}"
+        else:
+            want = f"{'a' if optional else 'a non-empty'} list of {kind}{sign}, e.g. {dv}"
+        if not ok:
+            raise ConfigError(f"repro.{key}: got {v!r}; must be {want}")
+
+
 @dataclass
 class Experiment:
     """What one reproduction run sees and writes (see the module docstring)."""
@@ -151,12 +186,17 @@ class Experiment:
         return out
 
 
-def experiment(fn: Callable[[Experiment], dict]) -> Callable[[Any, Path], dict]:
-    """Wrap `fn(exp) -> summary` as the `run(cfg, out)` runner that pdgym-repro calls."""
+def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: tuple[str, ...] = ()):
+    """Wrap `fn(exp) -> summary` as the `run(cfg, out)` runner that pdgym-repro calls. `may_be_empty`: the
+    list parameters an empty list is a valid value for (e.g. no predictors), for `check_lists`."""
 
-    @wraps(fn)
-    def run(cfg, out: Path) -> dict:
-        exp = Experiment(cfg, Path(out))
-        return exp.finish(fn(exp))
+    def wrap(fn):
+        @wraps(fn)
+        def run(cfg, out: Path) -> dict:
+            exp = Experiment(cfg, Path(out))
+            return exp.finish(fn(exp))
 
-    return run
+        run.may_be_empty = frozenset(may_be_empty)
+        return run
+
+    return wrap(fn) if fn is not None else wrap

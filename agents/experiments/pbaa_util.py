@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pandas as pd
 from pdgym.agents import plots
+from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.hardware import load_hardware
 from tqdm import tqdm
 
@@ -35,7 +36,7 @@ from .harness import Experiment, experiment
 from .measure import bracketed, full_pass_s, peak_rate, run_point
 
 
-@experiment
+@experiment(may_be_empty=("ablations", "pass_time_mfu"))
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds
@@ -43,6 +44,10 @@ def run(exp: Experiment) -> dict:
     variants = {"on": {**base, "allocation": "pbaa"}, "off": exp.spec(p.immediate),
                 **{f"sbs_{a}": {**base, "allocation": a} for a in p.ablations}}
     targets = {str(k): float(v) for k, v in p.ttft_target_s.items()}
+    missing = [s for s in p.scenarios if s not in targets]
+    if missing:
+        raise ConfigError(f"repro.ttft_target_s: no target for scenario(s) {', '.join(missing)}; "
+                          f"give one per entry of repro.scenarios (has: {', '.join(targets)})")
     rows = []
     jobs = [(s, v) for s in p.scenarios for v in variants]
     for scen, label in tqdm(jobs, desc="pbaa_util"):
