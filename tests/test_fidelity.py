@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -71,6 +72,14 @@ def test_make_fidelity_runs_every_reproduction_at_tiny_sizes(tmp_path):
     again = fidelity.run(None, False, tmp_path / "runs", tmp_path / "again.md", [], rejudge=True)
     assert again["effects"] == out["effects"] and again["tiny"]
     assert "tiny sizes" in (tmp_path / "again.md").read_text()
+    # the evidence beside the report: every judged run's summary, record and figures (JSON and PNG only), the
+    # table's figure links resolve, and judging the published copy gives the same verdicts
+    ev = tmp_path / "fidelity"
+    assert {f.suffix for f in ev.rglob("*") if f.is_file()} == {".json", ".png"}
+    links = re.findall(r"\]\((fidelity/[^)]+\.png)\)", text)
+    assert links and all((tmp_path / link).is_file() for link in links)
+    again = fidelity.run(None, False, ev, tmp_path / "from_docs.md", [], rejudge=True)
+    assert again["effects"] == out["effects"]
 
 
 def test_rejudge_without_runs_is_one_line(tmp_path, capsys):

@@ -10,6 +10,10 @@ report says so). Each completed reproduction leaves a run record (wall time, com
 summary.json; `--rejudge` runs nothing and writes the report from those, so reproductions run one at a
 time (or on several machines into one --out) make one report.
 
+The evidence goes beside the report: docs/fidelity.md's judged runs are copied to docs/fidelity/NAME/
+(summary.json, run record, figures; JSON and PNG only), the table links those figures, and
+`--rejudge --out docs/fidelity` judges the committed data again without running anything.
+
 Verdicts: pass (every value in band, and rising where the effect says so), FAIL (a value out of band),
 not measured (the run's configuration has no such point, e.g. a smaller tiny run),
 out of regime (the reproduction flagged a point as out of its regime: the number is not a test of
@@ -22,6 +26,7 @@ import argparse
 import importlib.resources
 import json
 import re
+import shutil
 import sys
 import time
 import traceback
@@ -164,18 +169,47 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
             verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
         rows.append({**e, "values": vals, "verdict": verdict})
     tiny = tiny or any(r.get("tiny") for r in results.values())
-    report = render(rows, results, tiny, out_root, extra)
+    evidence = publish(results, out_root, evidence_dir(doc))
+    report = render(rows, results, tiny, evidence, doc.parent, extra)
     doc.parent.mkdir(parents=True, exist_ok=True)
     write_marked(doc, "fidelity", report)  # the hand-written reading of the verdicts around it stays
     verdicts = {"effects": [{k: r[k] for k in ("repro", "effect", "values", "band", "verdict")} for r in rows],
                 "wall_s": {n: r["wall_s"] for n, r in results.items()}, "tiny": tiny, "commit": commit_id()}
-    out_root.mkdir(parents=True, exist_ok=True)
-    write_json(out_root / "fidelity.json", verdicts)
+    for d in {out_root, evidence}:
+        d.mkdir(parents=True, exist_ok=True)
+        write_json(d / "fidelity.json", verdicts)
     print(f"fidelity: {sum(r['verdict'] == 'pass' for r in rows)}/{len(rows)} effects pass; report in {doc}")
     return verdicts
 
 
-def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: list[str]) -> str:
+def evidence_dir(doc: Path) -> Path:
+    """Where a report's evidence goes: docs/fidelity.md -> docs/fidelity/."""
+    return doc.parent / doc.stem
+
+
+def publish(results: dict, out_root: Path, dest: Path) -> Path:
+    """Copy each judged run's summary.json, run record and figures from `out_root` to `dest` (the same NAME/
+    layout, so `--rejudge --out dest` reads it back); a run's old evidence is replaced whole."""
+    if dest.resolve() == out_root.resolve():
+        return dest
+    for name, r in results.items():
+        src, dst = out_root / name, dest / name
+        if r["summary"] is None or not (src / "summary.json").is_file():
+            continue
+        tmp = dest / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for f in ["summary.json", RUN_RECORD, *r["summary"].get("figures", [])]:
+            if (src / f).is_file():
+                (tmp / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / f, tmp / f)
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+    return dest
+
+
+def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir: Path, extra: list[str]) -> str:
+    figures = evidence.relative_to(doc_dir) if evidence.is_relative_to(doc_dir) else evidence.resolve()
     n_pass = sum(r["verdict"] == "pass" for r in rows)
     n_oor = sum("out of regime" in r["verdict"] for r in rows)
     lines = [
@@ -191,8 +225,8 @@ def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: l
         "Each effect: the paper's figure, pdgym's value(s) from the reproduction's summary.json, the band it must "
         "fall in (the paper's figure within a factor of about 2, ALGORITHMS.md; the direction always), and the "
         "verdict. *out of regime*: the reproduction flagged a point (load, occupancy) outside the regime the "
-        "effect is claimed for, so the value is not a test of it. Figures are under "
-        f"`{out_root}/NAME/`.",
+        "effect is claimed for, so the value is not a test of it. Each run's summary.json and figures are in "
+        f"[{figures}/]({figures}/) (`--rejudge --out` that folder judges them again).",
         "",
         f"**{n_pass} of {len(rows)} effects pass**"
         + (f"; {n_oor} out of regime (not tests of their effect), {len(rows) - n_pass - n_oor} fail or were not "
@@ -205,7 +239,9 @@ def render(rows: list[dict], results: dict, tiny: bool, out_root: Path, extra: l
         lo, hi = r["band"]
         band = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]" + (
             ", rising" if r.get("check") == "increasing" else "")
-        fig = f"`{r['repro']}/{r['figure']}`" if r.get("figure") else ""
+        fig = r.get("figure") or ""
+        if fig and (evidence / r["repro"] / fig).is_file():  # a link only to a figure the run made
+            fig = f"[{fig}]({figures}/{r['repro']}/{fig})"
         lines.append(f"| {r['repro']} | {r['effect']} | {r['paper']} | {fmt(r['values'])} | {band} | "
                      f"{r['verdict']} | {fig} |")
     lines += ["", "## Runs", "", "| reproduction | commit | wall time (s) | regime | status |", "|---|---|---|---|---|"]
