@@ -540,17 +540,23 @@ def _configured_policy(point: str, name: str) -> dict:
     return OmegaConf.to_container(merged, resolve=True)
 
 
+RUN_INPUTS = ("envs", "baselines", "agents", "conf", "data", "pyproject.toml")  # what a run's results come from
+
+
 def commit_id() -> str:
-    """Short commit id of the checkout pdgym runs from (+dirty with uncommitted changes to tracked files),
-    or "unknown" outside git. Callers take it when a run starts: the code a result came from."""
+    """Short commit id of the checkout pdgym runs from (+dirty with uncommitted changes to the tracked code,
+    configs or data a run reads; an edited doc changes no result), or "unknown" outside git. Callers take it
+    when a run starts: the code a result came from."""
     import subprocess
 
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True,
                              timeout=10, cwd=here).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], check=True,
-                               capture_output=True, text=True, timeout=10, cwd=here).stdout.strip()
+        top = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True,
+                                  text=True, timeout=10, cwd=here).stdout.strip())
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *RUN_INPUTS],
+                               check=True, capture_output=True, text=True, timeout=10, cwd=top).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out + ("+dirty" if dirty else "")
