@@ -19,6 +19,7 @@ import importlib.resources
 import itertools
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -90,6 +91,25 @@ def fail(app: str, msg: str, code: int = 2):
     msg = " ".join(str(msg).split())  # one line, whatever the message held
     print(f"{app}: error: {msg}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def show_each_warning_once() -> None:
+    """From now on, print each distinct warning (category and text) once in this process. Python's own
+    once-per-place registry is cleared by every `warnings.catch_warnings` (pandas, tqdm and SB3 use it), so a
+    reproduction replaying a short trace printed the same WorkloadWarning some fifty times. Errors raised by
+    warning filters and `pytest.warns` records are untouched: only the printing is filtered."""
+    show = warnings.showwarning
+    if getattr(show, "once", False):
+        return
+    shown: set[tuple[type, str]] = set()
+
+    def once(message, category, filename, lineno, file=None, line=None):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            show(message, category, filename, lineno, file, line)
+
+    once.once = True
+    warnings.showwarning = once
 
 
 def one_line_errors(app: str) -> Callable:
@@ -462,6 +482,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
         def main(argv: list[str] | None = None) -> Any:
             import hydra
 
+            show_each_warning_once()
             args = list(sys.argv[1:] if argv is None else argv)
             if rewrite_argv is not None:
                 args = rewrite_argv(args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -493,3 +495,35 @@ def test_same_seed_identical_different_seed_differs(seed, which):
         assert not np.array_equal(a.prompt, c.prompt)
     else:
         assert not same(a, c)
+
+
+def test_apps_print_each_workload_warning_once():
+    """A reproduction replays a short trace in every simulation; libraries' `catch_warnings` clear Python's
+    once-per-place registry, so the same WorkloadWarning used to be printed per simulation. The apps print
+    each distinct warning once; a different one still shows, and filters that raise still raise. (A
+    subprocess: pytest records warnings itself, so nothing would reach stderr here.)"""
+    code = """if True:
+        import warnings
+        from pdgym.agents.common import show_each_warning_once
+        from pdgym.envs.sim.config import WorkloadConfig
+        from pdgym.envs.sim.workload import WorkloadWarning, make_workload
+        import numpy as np
+        show_each_warning_once(); show_each_warning_once()  # idempotent
+        def wl(n):
+            cfg = WorkloadConfig(num_requests=n, trace="azure_code", trace_offset=8800)
+            return make_workload(cfg, np.random.default_rng(0))
+        for n in (100, 100, 100, 200):
+            with warnings.catch_warnings():  # what pandas / tqdm do between simulations
+                pass
+            wl(n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                wl(100)
+            except WorkloadWarning:
+                print("raised")
+    """
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("instead of 100") == 1 and r.stderr.count("instead of 200") == 1, r.stderr
+    assert r.stdout.strip() == "raised"

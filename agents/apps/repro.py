@@ -22,7 +22,15 @@ import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
-from pdgym.agents.common import compose_checked, fail, one_line_errors, sim_config_from, split_argv, to_container
+from pdgym.agents.common import (
+    compose_checked,
+    fail,
+    one_line_errors,
+    show_each_warning_once,
+    sim_config_from,
+    split_argv,
+    to_container,
+)
 from pdgym.agents.experiments.harness import check_lists, repro_seeds
 from pdgym.envs.sim.config import check_seed
 from pdgym.envs.sim.metrics import write_json
@@ -87,6 +95,7 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    show_each_warning_once()
     argv = sys.argv[1:] if argv is None else list(argv)
     flags, rest = split_argv(argv)
     if any(f in ("--help", "-h") for f in flags):

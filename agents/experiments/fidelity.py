@@ -34,7 +34,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.apps import repro
-from pdgym.agents.common import commit_id, fail
+from pdgym.agents.common import commit_id, fail, show_each_warning_once
 from pdgym.envs.sim.metrics import write_json
 
 from .harness import write_marked
@@ -256,6 +256,7 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
 
 
 def main(argv: list[str] | None = None) -> None:
+    show_each_warning_once()
     ap = argparse.ArgumentParser(prog="pdgym-fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CI sizes (conf/fidelity.yaml tiny overrides)")
     ap.add_argument("--only", default="", help="comma-separated reproductions (default: all)")
