@@ -157,3 +157,23 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
     assert spread["seeds"] == [0, 1]
     assert spread["imb_ratio_br0_seeds"] == [[round(50 / 150, 4), round(60 / 150, 4)]]
     assert spread["tput_gain_br0_seeds"] == [[0.1, 0.3]]
+
+
+def test_decode_tier_calibration_reaches_a_full_tier():
+    """br_imbalance's calibration: one burst with the Ascend 910C tier's scaled prefill (8 instances at N = 32)
+    cannot keep the decode slots full, so it reads the capacity low and the tier, run at 1.2 x that, keeps up
+    with its arrivals (the pool empty on every loaded step: out of regime). The fixed point grows the prefill
+    and measures again until the burst fills the tier; then the same load leaves a pool to route from."""
+    from pdgym.agents.experiments.measure import fed, run_router, saturated, tier, tier_capacity
+    from pdgym.envs.scenario import load_scenario
+
+    cfg = tier(load_scenario("decode_tier_ds_v3_910c_n16").sim, n=32, num_requests=10000, scale_prefill=True)
+    one = tier_capacity(cfg, 0)
+    assert one.full_share < 0.1  # prefill-bound burst: never 90% of the slots busy
+    naive = fed(tier(cfg, rate=1.2 * one.decode_rps), 1.2 * one.decode_rps, one.prefill_rps, 1.25)
+    assert run_router(naive, "least_kv", 0, 0.5)["empty_pool_frac"] > 0.9
+    sat, cap = saturated(cfg, 1.2, 1.25, 0)
+    assert cap.full_share > 0.5 and sat.cluster.prefill.count > naive.cluster.prefill.count
+    assert cap.decode_rps > 1.3 * one.decode_rps and sat.workload.rate == pytest.approx(1.2 * cap.decode_rps)
+    r = run_router(sat, "least_kv", 0, 0.5)
+    assert r["empty_pool_frac"] < 0.05 and r["slot_occupancy"] > 0.95

@@ -15,8 +15,10 @@ grows with N), so the N columns compare tiers at the same utilisation. The heavy
 max(heavy_tail_requests, heavy_tail_per_worker x N) requests so every N reaches steady state.
 The prefill side is sized per N too: `scale_prefill` grows its instances with N, and the same calibration
 run measures what one prefill instance feeds (prompt tokens per pass-second), so that prefill capacity is
-at least `feed_margin` x the arrival rate (summary `prefill_instances`); a tier whose pool still empties is
-flagged out of regime.
+at least `feed_margin` x the arrival rate (summary `prefill_instances`). Capacity and prefill are found
+together (`measure.saturated`): where the prefill is grown, the burst runs again with it, until no instance
+is added, since a burst that cannot keep the slots full under-reads the capacity. A calibration burst with
+too few full steps, or a tier whose pool still empties, is flagged out of regime.
 
 Two regimes (see the scenario files): the Azure conversation tier (mean prompt 1.2K) is KV-light, the KV
 read is about 30% of a decode step, so even a large cut in imbalance moves throughput by a few percent;
@@ -53,7 +55,7 @@ from pdgym.envs.sim.traces import load_trace
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
-from .measure import capacity, fed, plot_traces, run_router, tier, tier_capacity
+from .measure import plot_traces, run_router, saturated, tier
 
 
 # --------------------------------------------------------------------------- routers
@@ -86,8 +88,10 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
         cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
-        cap, prefill_rps = tier_capacity(cfg, seeds[0])
-        cfg = fed(tier(cfg, rate=float(p.load) * cap), float(p.load) * cap, prefill_rps, float(p.feed_margin))
+        cfg, calib = saturated(cfg, float(p.load), float(p.feed_margin), seeds[0])
+        cap = calib.decode_rps
+        exp.regime(f"{tag} N={n} calibration", "share of full decode steps in the capacity burst", calib.full_share,
+                   lo=0.1, note="(a part-empty tier's capacity reads low)")
         for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
             for seed in seeds:
@@ -191,8 +195,8 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
 # --------------------------------------------------------------------------- sweeps
 def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
     """The grids behind the defaults, at N = sweep_n, each point against BR-0's default."""
-    cfg = tier(base, n=int(p.sweep_n))
-    cfg = tier(cfg, rate=float(p.load) * capacity(cfg, seed))
+    cfg = tier(base, n=int(p.sweep_n), scale_prefill=bool(p.scale_prefill))
+    cfg, _ = saturated(cfg, float(p.load), float(p.feed_margin), seed)
     grid = []
     for order in ORDERS:
         for k in p.sweep_window:

@@ -169,13 +169,17 @@ def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool 
     return dataclasses.replace(out, oracle=oracle) if oracle is not None else out
 
 
-def capacity(sim_cfg, seed: int) -> float:
-    """Requests per second the least-KV router sustains (tier_capacity's first value)."""
-    return tier_capacity(sim_cfg, seed)[0]
+@dataclasses.dataclass(frozen=True)
+class TierCapacity:
+    """What one calibration burst measured (see `tier_capacity`)."""
+
+    decode_rps: float  # requests per second the decode tier sustains (least-KV router)
+    prefill_rps: float  # requests per second one prefill instance feeds
+    full_share: float  # share of the burst's measured decode steps with >= 90% of the slots busy
 
 
-def tier_capacity(sim_cfg, seed: int) -> tuple[float, float]:
-    """(decode requests per second the least-KV router sustains, prefill requests per second per prefill instance).
+def tier_capacity(sim_cfg, seed: int) -> TierCapacity:
+    """Decode requests per second the least-KV router sustains, and prefill requests per second per instance.
 
     Decode: output tokens per second while the whole workload, arriving at once, keeps the tier full (steps
     between the 20% and 80% completion times with at least 90% of the slots busy, when there are enough of
@@ -191,11 +195,12 @@ def tier_capacity(sim_cfg, seed: int) -> tuple[float, float]:
     st = steps[(steps.kind == PassKind.DECODE) & (steps.t >= lo) & (steps.t <= hi)]
     d = sim.decode[0]
     full = st[st.reqs >= 0.9 * d.dp * d.batch_limit]  # the tier's capacity is its rate when full, not while
-    st = full if len(full) >= 0.1 * len(st) else st  # a prefill-bound burst trickles requests in
+    share = len(full) / max(len(st), 1)
+    st = full if share >= 0.1 else st  # a prefill-bound burst trickles requests in
     decode = float(st.reqs.sum() / st.dur.sum()) / float(sim.req.output.mean())
     pre = steps[steps.kind == PassKind.PREFILL]
     prefill = float(pre.tokens.sum() / pre.dur.sum()) / float(sim.req.prompt.mean()) if len(pre) else math.inf
-    return decode, prefill
+    return TierCapacity(decode, prefill, share)
 
 
 def fed(sim_cfg, rate: float, prefill_rps: float, margin: float):
@@ -207,6 +212,23 @@ def fed(sim_cfg, rate: float, prefill_rps: float, margin: float):
         return sim_cfg
     return dataclasses.replace(sim_cfg, cluster=dataclasses.replace(
         cl, prefill=dataclasses.replace(cl.prefill, count=need)))
+
+
+def saturated(sim_cfg, load: float, margin: float, seed: int, rounds: int = 5) -> tuple:
+    """The tier at `load` x its decode capacity, with prefill capacity `margin` x that rate: (config, capacity).
+
+    Calibrated to a fixed point: a burst whose prefill cannot keep the decode slots full measures the decode
+    tier part-empty, so its capacity reads low; the prefill is grown to feed the rate that reading gives and
+    the burst is run again, until no instance is added (at most `rounds` bursts). One burst alone left the
+    Ascend 910C tier at N = 32 with 8 prefill instances in calibration: capacity 7.5 requests/s per worker
+    (8.4 at N = 16), a rate the tier kept up with, and a pool empty on every loaded step."""
+    for _ in range(rounds):
+        cap = tier_capacity(sim_cfg, seed)
+        grown = fed(sim_cfg, load * cap.decode_rps, cap.prefill_rps, margin)
+        if grown.cluster.prefill.count == sim_cfg.cluster.prefill.count:
+            break
+        sim_cfg = grown
+    return tier(sim_cfg, rate=load * cap.decode_rps), cap
 
 
 def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
