@@ -25,7 +25,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m bench
 
-# Every paper reproduction at full size (hours on 2 cores), judged against its band: writes docs/fidelity.md.
+# Every paper reproduction at full size (about an hour on 2 cores), judged against its band: writes docs/fidelity.md
+# and its evidence (each run's summary.json and figures) in docs/fidelity/.
 # ONLY=sbs_ttft,pbaa_util runs some; ARGS="workload.trace=PATH" replays another trace in every reproduction.
 fidelity: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m pdgym.agents.experiments.fidelity --only "$(ONLY)" $(ARGS)

@@ -177,3 +177,24 @@ def test_decode_tier_calibration_reaches_a_full_tier():
     assert cap.decode_rps > 1.3 * one.decode_rps and sat.workload.rate == pytest.approx(1.2 * cap.decode_rps)
     r = run_router(sat, "least_kv", 0, 0.5)
     assert r["empty_pool_frac"] < 0.05 and r["slot_occupancy"] > 0.95
+
+
+@pytest.mark.parametrize("report", ["fidelity", "fidelity_azure_code"])
+def test_committed_report_is_its_committed_evidence_judged(report, tmp_path):
+    """docs/REPORT.md's table is what judging docs/REPORT/ (the runs' summaries) gives today: a hand edit of
+    the table, a band changed in conf/fidelity.yaml or a judge rule changed without re-judging fails here.
+    (Judged from a copy: --rejudge writes fidelity.json beside the runs it reads.)"""
+    import shutil
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shutil.copytree(docs / report, tmp_path / "runs")
+    fidelity.run(None, False, tmp_path / "runs", tmp_path / "out" / f"{report}.md", [], rejudge=True)
+
+    def rows(text: str) -> list[str]:
+        block = text.split("<!-- fidelity:begin -->", 1)[1].split("<!-- fidelity:end -->", 1)[0]
+        return [ln for ln in block.splitlines() if ln.startswith("| ") or ln.startswith("**")]
+
+    committed = rows((docs / f"{report}.md").read_text())
+    assert len(committed) > 20
+    assert rows((tmp_path / "out" / f"{report}.md").read_text()) == committed
