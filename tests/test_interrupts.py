@@ -38,6 +38,10 @@ def _wait_for(cond, timeout: float = 120.0) -> None:
 
 
 def _interrupt(cmd: list[str], ready, sig: int, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a suite started in the background of a non-interactive shell inherits SIGINT ignored, and so would the
+        # child (Python then never raises KeyboardInterrupt); a handled SIGINT is reset to default across exec
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
     try:
         _wait_for(lambda: ready() or p.poll() is not None)
