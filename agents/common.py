@@ -574,10 +574,9 @@ def commit_id() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True,
                              timeout=10, cwd=here).stdout.strip()
-        top = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True,
-                                  text=True, timeout=10, cwd=here).stdout.strip())
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *RUN_INPUTS],
-                               check=True, capture_output=True, text=True, timeout=10, cwd=top).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                *(f":/{p}" for p in RUN_INPUTS)],  # ":/": paths from the checkout's top
+                               check=True, capture_output=True, text=True, timeout=10, cwd=here).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out + ("+dirty" if dirty else "")

@@ -49,25 +49,25 @@ def write_marked(path: Path, tag: str, block: str, head: str = "") -> None:
     write_text(path, text)
 
 
+def _fits(x, kind: str, sign: str) -> bool:
+    """One list element against a kind (names, integers, numbers) and sign ("", " > 0", " >= 0"): the checks of
+    `check_lists` (inferred from the defaults) and `repro_seeds`."""
+    if kind == "names":
+        return isinstance(x, str) and bool(x)
+    if isinstance(x, bool) or not isinstance(x, int if kind == "integers" else (int, float)) or not math.isfinite(x):
+        return False
+    return not sign or (x > 0 if sign == " > 0" else x >= 0)
+
+
 def repro_seeds(cfg) -> list[int]:
     """`repro.seeds` (checked: a non-empty list of integers >= 0), or the run's one `seed` when it has none."""
     s = cfg.repro.get("seeds")
     if s is None:
         return [int(cfg.seed)]
     s = list(s) if OmegaConf.is_list(s) else s
-    if not isinstance(s, list) or not s or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                    for x in s):
+    if not isinstance(s, list) or not s or not all(_fits(x, "integers", " >= 0") for x in s):
         raise ConfigError(f"repro.seeds: got {s!r}; must be a non-empty list of integers >= 0")
     return s
-
-
-def _fits(x, kind: str, sign: str) -> bool:
-    """One list element against the kind and sign `check_lists` inferred from the defaults."""
-    if kind == "names":
-        return isinstance(x, str) and bool(x)
-    if isinstance(x, bool) or not isinstance(x, int if kind == "integers" else (int, float)) or not math.isfinite(x):
-        return False
-    return not sign or (x > 0 if sign == " > 0" else x >= 0)
 
 
 def check_lists(block, defaults, may_be_empty=frozenset()) -> None:
