@@ -123,6 +123,8 @@ class Simulator:
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
         dcost = build_cost_model(cost_cfg, hw, model, d)
+        # A prefill unit holds the weights and a prompt's KV until it is sent to decode: it must fit too.
+        p_cap = p.kv_capacity_tokens or kv_capacity_tokens(hw, model, p, key="cluster.prefill")
         self.prefill = [PrefillInstance(self, i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
                                         p.dp_dispatch)
                         for i in range(n_prefill)]
@@ -131,6 +133,7 @@ class Simulator:
         self.prefill_healthy = np.arange(n_prefill) < p.count
         for inst in self.prefill[p.count:]:
             inst.up = False
+        self._check_fits(p_cap, "cluster.prefill.kv_capacity_tokens")
         self._check_fits(kv_cap, "cluster.decode.kv_capacity_tokens")
         self._transfer = kv_transfer_fn(hw, model, cl.kv_link, cl.kv_transfer_base_s)
 
