@@ -36,9 +36,9 @@ round-robin pointer that is ready or will soon be ready (SBS Fig. 2b: the batch 
 engine that is ready or will soon be ready"), and when none is, looks again as soon as the
 first one is predicted free; with every instance ready it is the plain staggered round robin.
 "strict" (ablation; ALGORITHMS.md s1's literal reading) waits for the next instance of the
-round robin, so one pass longer than the mean holds the whole stagger back. Measured (2 seeds
-x 3000 requests, ds_v3_h800_3p1d at 150 req/s, about 60% of immediate dispatch's peak): mean
-TTFT / immediate 0.65 next_ready, 0.81 strict.
+round robin, so one pass longer than the mean holds the whole stagger back. Measured (3 seeds
+x 8000 requests, ds_v3_h800_3p1d at 126 req/s, 60% of immediate dispatch's peak; pdgym-repro
+sbs_ttft): mean TTFT / immediate 0.66 next_ready, 0.76 strict.
 
 Release composition (`compose`): "all" (default, the paper's) releases the whole buffer; "length"
 (pdgym's, not in the paper: pdgym.baselines.length_classes) releases the short or the long half of it

@@ -44,6 +44,8 @@ SIM = [
     (["cluster.prefill.count=100000", "cluster.prefill.dp=1000"], "memory_limit_gb"),
     (["workload.num_requests=100000000"], "memory_limit_gb"),
     (["cluster.decode.kv_capacity_tokens=100"], "kv_capacity_tokens"),
+    (["cluster.prefill.tp=1", "cluster.prefill.ep=8"], "cluster.prefill.kv_capacity_tokens"),  # 98.8 GB > 80
+    (["cluster.prefill.kv_capacity_tokens=100"], "cluster.prefill.kv_capacity_tokens"),  # a prompt does not fit
     (["cluster.topology=ring"], "cluster.topology"),
     (["policy.prefill.bogus=3"], "+policy.prefill.bogus=3"), (["bogus=1"], "+bogus=1"),
     (["workload.bogus=1"], "workload.bogus"), (["workload.prompt.bogus=1"], "workload.prompt.bogus"),

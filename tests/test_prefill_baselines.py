@@ -1,7 +1,7 @@
 """Prefill-side baselines: immediate dispatchers, scheduler batching, SBS and PBAA.
 
-Direction checks run on the SBS scenario (DeepSeek-V3 / H800, 3 prefill x DP 8, chunk 3K) with a
-few thousand requests; the effect sizes are in the reproductions (pdgym-repro sbs_ttft, pbaa_util,
+Direction checks run on the SBS scenario (DeepSeek-V3 / H800, 3 prefill x DP 8 on two nodes each,
+chunk 3K) with a few thousand requests; the effect sizes are in the reproductions (pdgym-repro sbs_ttft, pbaa_util,
 sbs_faults).
 """
 
@@ -25,6 +25,7 @@ from pdgym.envs.sim.events import PassKind
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "policy" / "prefill"
 PREFILL = ("random", "jsq", "least_tokens", "fixed_batch", "dynamic_batch", "sbs")
+RATE = 126.0  # req/s: the scenario's own rate, 60% of immediate dispatch's SLO-limited peak (210 req/s)
 
 
 def scenario(rate: float, n: int, *extra: str):
@@ -277,7 +278,7 @@ def test_jsq_and_least_tokens_pick_the_lightest_instance():
 
 def test_immediate_dispatchers_never_hold_and_spread_the_load():
     for name in ("random", "jsq", "least_tokens"):
-        res = simulate(scenario(150, 1500), {"prefill": make_policy("prefill", name)}, 0)
+        res = simulate(scenario(RATE, 1500), {"prefill": make_policy("prefill", name)}, 0)
         req = res.requests
         assert (req.sched_queue == 0).all(), name
         share = np.bincount(req.prefill_inst, minlength=3) / len(req)
@@ -344,8 +345,8 @@ def test_early_full_release_stops_the_interval_idling_a_ready_instance_at_overlo
 def test_length_composition_gives_short_prompts_short_passes():
     """compose="length": short and long prompts in separate passes cut SBS's mean TTFT (measured -13% to -17%
     at this load on 3,000 requests), the short half gaining and the long half waiting a cycle more."""
-    base = [simulate(scenario(150, 2000), {"prefill": SBS(overload="throttle")}, s) for s in (0, 1)]
-    comp = [simulate(scenario(150, 2000), {"prefill": SBS(overload="throttle", compose="length")}, s) for s in (0, 1)]
+    base = [simulate(scenario(RATE, 2000), {"prefill": SBS(overload="throttle")}, s) for s in (0, 1)]
+    comp = [simulate(scenario(RATE, 2000), {"prefill": SBS(overload="throttle", compose="length")}, s) for s in (0, 1)]
     for a, b in zip(base, comp):
         ra, rb = a.requests, b.requests
         assert 0.6 < rb.ttft.mean() / ra.ttft.mean() < 0.93
@@ -415,8 +416,8 @@ def test_sbs_interval_follows_the_active_instance_count():
 
 
 def test_watchdog_and_quiescence_keep_sbs_serving_through_lost_signals_and_a_dead_instance():
-    base = simulate(scenario(150, 3000), {"prefill": SBS()}, 0).summary()
-    drop = scenario(150, 3000, "faults.drop_end_forward=0.3")
+    base = simulate(scenario(RATE, 3000), {"prefill": SBS()}, 0).summary()
+    drop = scenario(RATE, 3000, "faults.drop_end_forward=0.3")
     pol = SBS()
     sim = Simulator(drop, {"prefill": pol}, 0)
     assert sim.run()
@@ -424,7 +425,7 @@ def test_watchdog_and_quiescence_keep_sbs_serving_through_lost_signals_and_a_dea
     assert sim.dropped_signals > 50
     assert SimResult(sim).summary()["ttft_mean"] < 1.5 * base["ttft_mean"]
 
-    kill = scenario(150, 3000, "+faults.down=[{instance: 1, at: 8.0}]")
+    kill = scenario(RATE, 3000, "+faults.down=[{instance: 1, at: 8.0}]")
     pol = SBS()
     sim = Simulator(kill, {"prefill": pol}, 0)
     assert sim.run()
@@ -440,6 +441,6 @@ def test_cache_aware_pbaa_finds_more_prefix_hits():
     extra = ("workload.prefix_groups=64", "workload.prefix_frac=0.8", "cluster.prefill.prefix_cache_entries=8")
     hits = {}
     for alloc in ("pbaa", "pbaa_cache"):
-        res = simulate(scenario(150, 3000, *extra), {"prefill": SBS(allocation=alloc, overload="throttle")}, 0)
+        res = simulate(scenario(RATE, 3000, *extra), {"prefill": SBS(allocation=alloc, overload="throttle")}, 0)
         hits[alloc] = res.requests.cached.sum()
     assert hits["pbaa_cache"] > 1.2 * hits["pbaa"]
