@@ -22,7 +22,8 @@ def status_kb(key):  # VmHWM / VmRSS of this process; ru_maxrss would carry the 
 base = status_kb("VmRSS")
 n = int(sys.argv[1])
 cfg = {"hardware": "h800", "model": "deepseek_v3",
-       "cluster": {"topology": "disaggregated", "prefill": {"count": 3, "dp": 8, "ep": 8, "chunk_tokens": 3072},
+       "cluster": {"topology": "disaggregated", "prefill": {"count": 3, "dp": 8, "tp": 2, "ep": 16,
+                                                                 "chunk_tokens": 3072},
                    "decode": {"count": 1, "dp": 32, "ep": 32, "batch_limit": 128}},
        "workload": {"num_requests": n, "arrival": "poisson", "rate": 60.0,
                     "prompt": {"dist": "empirical", "source": "azure_conv"},

@@ -1,6 +1,7 @@
 """Simulator speed: simulated requests and events per wall second on two scenarios.
 
-- disagg: the `make bench` scenario, DeepSeek-V3 on H800, 3 prefill x DP 8 + 1 decode x DP 32, all
+- disagg: the `make bench` scenario, DeepSeek-V3 on H800, 3 prefill x DP 8 (TP 2, EP 16: two nodes, the
+  smallest DP-8 instance that holds the model) + 1 decode x DP 32, all
   19,366 Azure-conversation requests rescaled to 60 req/s.
 - coloc: the vidur comparison of issue 13, Llama-3-8B on A100-80G, 4 colocated replicas (DP 1 each,
   chunk 512), 5,000 Azure-conversation requests at 8 req/s, round-robin dispatch, mixed batching.
@@ -17,7 +18,7 @@ from pdgym.envs.sim import requests as R
 DISAGG = {
     "hardware": "h800", "model": "deepseek_v3",
     "cluster": {"topology": "disaggregated",
-                "prefill": {"count": 3, "dp": 8, "ep": 8, "chunk_tokens": 3072},
+                "prefill": {"count": 3, "dp": 8, "tp": 2, "ep": 16, "chunk_tokens": 3072},
                 "decode": {"count": 1, "dp": 32, "ep": 32, "batch_limit": 128}},
     "workload": {"num_requests": 19366, "arrival": "trace", "trace": "azure_conv", "rate": 60.0},
 }

@@ -16,6 +16,7 @@ from pdgym.envs.sim.cost import (
     kv_transfer_time,
     linear_coefficients,
 )
+from pdgym.envs.sim.engine import Simulator
 from pdgym.envs.sim.hardware import hardware_names, load_hardware
 from pdgym.envs.sim.models import load_model, model_names
 from scipy.optimize import brentq
@@ -196,6 +197,22 @@ def test_kv_capacity_of_the_reference_scenarios():
     for hw in hardware_names():
         assert kv_capacity_tokens(load_hardware(hw), load_model("qwen3_8b"), InstanceConfig()) > 10_000
     assert kv_capacity_tokens(h800, ds, InstanceConfig(dp=8, ep=8, kv_capacity_tokens=5000)) == 5000
+
+
+def test_every_shipped_deepseek_cluster_holds_the_model():
+    """The engine checks prefill instances too: the SBS clusters (two nodes per DP-8 instance) and the
+    bench scenario build, and the one-node DP-8 instance they used before is refused."""
+    from pdgym.envs.scenario import load_scenario
+
+    from bench.bench_sim import DISAGG
+
+    for name in ("ds_v3_h800_3p1d", "ds_v3_h800_3p1d_chunk5k", "ds_v3_h800_3p1d_long"):
+        Simulator(load_scenario(name, ["workload.num_requests=5"]).sim, None, 0)
+    Simulator({**DISAGG, "workload": {"num_requests": 5}}, None, 0)
+    one_node = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=5", "cluster.prefill.tp=1",
+                                                 "cluster.prefill.ep=8"]).sim
+    with pytest.raises(ConfigError, match=r"^cluster\.prefill\.kv_capacity_tokens: deepseek_v3 weights need 98\.8 GB"):
+        Simulator(one_node, None, 0)
 
 
 def test_kv_capacity_says_what_to_do_when_weights_do_not_fit():
