@@ -100,13 +100,23 @@ def test_every_policy_sees_the_same_traffic_per_seed():
 
 def test_heartbeat_pauses_leave_the_history_unchanged():
     # 1,000 requests: a run long enough (~0.2 s) for many heartbeats however fast the simulator gets (300
-    # ran in ~0.07 s after the hot-path work and saw as few as one pause before it ended)
-    raw = _raw("decode_tier_n16", 1000)
-    cfg = sim_config_from(raw)
-    sim = E.Simulator(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
-    seen = []
-    assert E.run_bounded(sim, None, lambda done, n: seen.append(done), heartbeat_s=0.0005) == ""
-    assert len(seen) > 2 and seen[-1] == 1000 and seen == sorted(seen)
+    # ran in ~0.07 s after the hot-path work and saw as few as one pause before it ended). The heartbeat
+    # thread needs the GIL to pause the loop: a short switch interval lets it in often, but on a loaded
+    # machine the OS may still run it only once (seen once in CI beside another test process), so the
+    # claim asserted is the one that matters: at least one pause mid-run, and the same history.
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        raw = _raw("decode_tier_n16", 1000)
+        cfg = sim_config_from(raw)
+        sim = E.Simulator(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
+        seen = []
+        assert E.run_bounded(sim, None, lambda done, n: seen.append(done), heartbeat_s=0.0005) == ""
+    finally:
+        sys.setswitchinterval(old)
+    assert len(seen) >= 2 and seen[0] < 1000 and seen[-1] == 1000 and seen == sorted(seen)
     ref = simulate(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
     assert E.SimResult(sim).requests.equals(ref.requests)
 
