@@ -200,8 +200,8 @@ def test_kv_capacity_of_the_reference_scenarios():
 
 
 def test_every_shipped_deepseek_cluster_holds_the_model():
-    """The engine checks prefill instances too: the SBS clusters (two nodes per DP-8 instance) and the
-    bench scenario build, and the one-node DP-8 instance they used before is refused."""
+    """The engine checks prefill instances too: the SBS clusters (two nodes per DP-8 instance), the bench
+    scenario and the config defaults build, and the one-node DP-8 instance they used before is refused."""
     from pdgym.envs.scenario import load_scenario
 
     from bench.bench_sim import DISAGG
@@ -209,6 +209,7 @@ def test_every_shipped_deepseek_cluster_holds_the_model():
     for name in ("ds_v3_h800_3p1d", "ds_v3_h800_3p1d_chunk5k", "ds_v3_h800_3p1d_long"):
         Simulator(load_scenario(name, ["workload.num_requests=5"]).sim, None, 0)
     Simulator({**DISAGG, "workload": {"num_requests": 5}}, None, 0)
+    Simulator({"workload": {"num_requests": 5}}, None, 0)  # the Python API's defaults (DeepSeek-V3 on H800)
     one_node = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=5", "cluster.prefill.tp=1",
                                                  "cluster.prefill.ep=8"]).sim
     with pytest.raises(ConfigError, match=r"^cluster\.prefill\.kv_capacity_tokens: deepseek_v3 weights need 98\.8 GB"):

@@ -191,8 +191,10 @@ class InstanceConfig:
 @dataclass
 class ClusterConfig:
     topology: str = "disaggregated"  # disaggregated | colocated
-    prefill: InstanceConfig = field(default_factory=lambda: InstanceConfig(count=1, dp=8, ep=8))
-    decode: InstanceConfig = field(default_factory=lambda: InstanceConfig(count=1, dp=8, ep=8))
+    # Defaults that hold the default model (DeepSeek-V3 on H800): a DP-8 prefill instance needs two nodes
+    # (TP 2, EP 16), a decode instance EP >= 16 (conf/cluster/disagg_3p1d.yaml has the arithmetic).
+    prefill: InstanceConfig = field(default_factory=lambda: InstanceConfig(count=1, dp=8, tp=2, ep=16))
+    decode: InstanceConfig = field(default_factory=lambda: InstanceConfig(count=1, dp=32, ep=32))
     colocated: InstanceConfig = field(default_factory=lambda: InstanceConfig(count=1, dp=1))
     kv_policy: str = "preempt"  # preempt (recompute) | reject, when a worker's KV would overflow
     net_latency_s: float = 1e-3  # scheduler -> instance dispatch latency (L_net)
