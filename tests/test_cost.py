@@ -199,16 +199,20 @@ def test_kv_capacity_of_the_reference_scenarios():
     assert kv_capacity_tokens(h800, ds, InstanceConfig(dp=8, ep=8, kv_capacity_tokens=5000)) == 5000
 
 
-def test_every_shipped_deepseek_cluster_holds_the_model():
-    """The engine checks prefill instances too: the SBS clusters (two nodes per DP-8 instance), the bench
-    scenario and the config defaults build, and the one-node DP-8 instance they used before is refused."""
-    from pdgym.envs.scenario import load_scenario
+def test_every_shipped_cluster_holds_its_model():
+    """The engine checks every instance kind against HBM, prefill included: every shipped scenario, the
+    bench scenario and the config defaults build; the one-node DP-8 DeepSeek-V3 prefill instance the SBS
+    scenarios used before (98.8 GB of weights per H800) is refused."""
+    from pdgym.envs.scenario import load_scenario, scenario_names
 
-    from bench.bench_sim import DISAGG
+    from bench.bench_sim import COLOC, DISAGG
 
-    for name in ("ds_v3_h800_3p1d", "ds_v3_h800_3p1d_chunk5k", "ds_v3_h800_3p1d_long"):
+    names = scenario_names()
+    assert {"ds_v3_h800_3p1d", "ds_v3_h800_3p1d_long", "decode_tier_n32", "coloc_l40s_qwen3_30b_a3b"} <= set(names)
+    for name in names:
         Simulator(load_scenario(name, ["workload.num_requests=5"]).sim, None, 0)
-    Simulator({**DISAGG, "workload": {"num_requests": 5}}, None, 0)
+    for cfg in (DISAGG, COLOC):
+        Simulator({**cfg, "workload": {"num_requests": 5}}, None, 0)
     Simulator({"workload": {"num_requests": 5}}, None, 0)  # the Python API's defaults (DeepSeek-V3 on H800)
     one_node = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=5", "cluster.prefill.tp=1",
                                                  "cluster.prefill.ep=8"]).sim
