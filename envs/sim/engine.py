@@ -123,34 +123,34 @@ class Simulator:
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
         dcost = build_cost_model(cost_cfg, hw, model, d)
-        # A prefill unit holds the weights and a prompt's KV until it is sent to decode: it must fit too.
-        p_cap = p.kv_capacity_tokens or kv_capacity_tokens(hw, model, p, key="cluster.prefill")
+        self._kv_capacity(p, "cluster.prefill")  # a prefill unit holds a prompt's KV until it is sent to decode
         self.prefill = [PrefillInstance(self, i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
                                         p.dp_dispatch)
                         for i in range(n_prefill)]
-        kv_cap = d.kv_capacity_tokens or kv_capacity_tokens(hw, model, d, key="cluster.decode")
+        kv_cap = self._kv_capacity(d, "cluster.decode")
         self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
         self.prefill_healthy = np.arange(n_prefill) < p.count
         for inst in self.prefill[p.count:]:
             inst.up = False
-        self._check_fits(p_cap, "cluster.prefill.kv_capacity_tokens")
-        self._check_fits(kv_cap, "cluster.decode.kv_capacity_tokens")
         self._transfer = kv_transfer_fn(hw, model, cl.kv_link, cl.kv_transfer_base_s)
 
     def _build_colocated(self) -> None:
         c = self.cfg.cluster.colocated
         cost = build_cost_model(self.cfg.cost, self.hw, self.model, c)
-        kv_cap = c.kv_capacity_tokens or kv_capacity_tokens(self.hw, self.model, c, key="cluster.colocated")
+        kv_cap = self._kv_capacity(c, "cluster.colocated")
         self.colocated = [ColocatedInstance(self, i, c.dp, c.batch_limit, kv_cap, c.chunk_tokens, cost)
                           for i in range(c.count)]
         self.prefill_healthy = np.ones(c.count, dtype=bool)
-        self._check_fits(kv_cap, "cluster.colocated.kv_capacity_tokens")
 
-    def _check_fits(self, kv_cap: int, key: str) -> None:
+    def _kv_capacity(self, inst, key: str) -> int:
+        """KV tokens one DP unit of `inst` holds (explicit, or what HBM leaves after the weights: a model that
+        does not fit is a ConfigError), checked against the longest prompt, which every kind holds whole."""
+        kv_cap = kv_capacity_tokens(self.hw, self.model, inst, key=key)
         longest = int(self.req.prompt.max()) + 1 if self.req.n else 0
         if longest > kv_cap:
-            raise ConfigError(f"{key}: a prompt of {longest - 1} tokens does not fit the KV capacity of "
-                              f"{kv_cap} tokens per DP unit; raise the capacity or cap workload.prompt.max")
+            raise ConfigError(f"{key}.kv_capacity_tokens: a prompt of {longest - 1} tokens does not fit the KV "
+                              f"capacity of {kv_cap} tokens per DP unit; raise the capacity or cap workload.prompt.max")
+        return kv_cap
 
     def _resolve_policies(self, given: dict) -> dict:
         out = {}
