@@ -29,6 +29,12 @@ def test_an_effect_is_out_of_regime_only_by_its_own_points():
     assert fidelity.out_of_regime({"regime": "ascend_910c"}, s)
     assert not fidelity.out_of_regime({"regime": "workload"}, s)
     assert fidelity.out_of_regime({}, s)  # no tag: every flagged point of the reproduction counts
+    s = {"ttft_ratio": [0.8, 1.04], "regime": {"out_of_regime": ["peak, short prompts: peak / saturated"]}}
+    low, peak = {"regime": "short prompts"}, {"regime": ["short prompts", "peak, short prompts"]}
+    assert not fidelity.out_of_regime(low, s) and fidelity.out_of_regime(peak, s)  # the 100% point's flag only
+    assert fidelity.judged({**low, "value": "ttft_ratio[0]", "band": [0, 0.999]}, s)[1] == "pass"
+    assert fidelity.judged({**peak, "value": "ttft_ratio[1]", "band": [0, 0.999]}, s)[1] == "FAIL (out of regime)"
+    assert fidelity.judged({**peak, "value": "ttft_ratio[3]", "band": [0, 0.999]}, s)[1] == "not measured"
 
 
 def test_every_effect_names_a_reproduction_and_every_reproduction_has_tiny_sizes():
@@ -132,6 +138,33 @@ def test_peak_rate_searches_below_a_floor_that_already_misses_the_target():
     assert bracketed(low, 800.0) and 100.0 <= low < 200.0
     none = peak_rate(sim, spec, 1e-4, 150, [0], lo=50.0, hi=100.0, iters=2, max_doublings=2)
     assert none == 0.0 and not bracketed(none, 100.0)  # nothing meets a 0.1 ms TTFT: flagged
+
+
+def test_prefill_capacity_is_the_full_chunk_rate_and_a_rate_above_it_has_no_steady_state():
+    """The saturated throughput is what full-chunk passes give (the cost model's own figure, within the short
+    prompts' cheaper attention), and a rate 4% above it keeps building a backlog: the last quarter of the run
+    waits far longer than the first, which a finite run's mean TTFT hides (why sbs_ttft caps its peak)."""
+    from pdgym.agents.experiments.measure import at_rate, full_pass_s, prefill_capacity
+    from pdgym.baselines import make_policy
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import simulate
+
+    sim = load_scenario("ds_v3_h800_3p1d").sim
+    cap = prefill_capacity(sim, "round_robin", 3000, [0])
+    P = sim.cluster.prefill
+    full = P.count * P.dp * P.chunk_tokens / full_pass_s(sim) / 1025.3  # the workload's mean prompt
+    assert 0.98 < cap / full < 1.05, (cap, full)
+
+    def quarters(load: float) -> list[float]:
+        res = simulate(at_rate(sim, load * cap, 6000), {"prefill": make_policy("prefill", "round_robin")}, 0)
+        ttft = res.requests.sort_values("arrival").ttft.to_numpy()
+        return [float(np.mean(q)) for q in np.array_split(ttft, 4)]
+
+    # 6,000 arrivals over about 28 s: a 4% excess leaves about 1.1 s more backlog by the end (0.7-1.1 s on
+    # seeds 0-2); at 70% load the last quarter waits like the first (within 0.03 s on seeds 0-2)
+    over, under = quarters(1.04), quarters(0.7)
+    assert over[3] - over[0] > 0.5, over
+    assert abs(under[3] - under[0]) < 0.1, under
 
 
 def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():

@@ -97,12 +97,22 @@ def judge(effect: dict, summary: dict) -> tuple[list, str]:
 
 
 def out_of_regime(effect: dict, summary: dict) -> list[str]:
-    """The flagged regime points an effect depends on: all of its reproduction's, or with `regime: TAG` only the
-    points whose name starts with TAG (br_imbalance measures several tiers; one tier out of regime says nothing
-    about another's effect)."""
+    """The flagged regime points an effect depends on: all of its reproduction's, or with `regime: TAG` (or a
+    list of TAGs) only the points whose name starts with one of them (br_imbalance measures several tiers; one
+    tier out of regime says nothing about another's effect, nor sbs_ttft's 100% point about its 40%)."""
     flagged = summary.get("regime", {}).get("out_of_regime", [])
     tag = effect.get("regime")
-    return [f for f in flagged if tag is None or f.startswith(str(tag))]
+    tags = None if tag is None else tuple(str(t) for t in as_list(tag))
+    return [f for f in flagged if tags is None or f.startswith(tags)]
+
+
+def judged(effect: dict, summary: dict) -> tuple[list, str]:
+    """`judge`, then the regime: a measured value at a flagged point is "out of regime" (or "FAIL (out of
+    regime)"), not a test of the effect; a value the run does not have stays "not measured"."""
+    vals, verdict = judge(effect, summary)
+    if verdict != "not measured" and out_of_regime(effect, summary):
+        verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
+    return vals, verdict
 
 
 def fmt(vals: list) -> str:
@@ -164,9 +174,7 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
         if r["summary"] is None:
             rows.append({**e, "values": [], "verdict": "not run"})
             continue
-        vals, verdict = judge(e, r["summary"])
-        if out_of_regime(e, r["summary"]):
-            verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
+        vals, verdict = judged(e, r["summary"])
         rows.append({**e, "values": vals, "verdict": verdict})
     tiny = tiny or any(r.get("tiny") for r in results.values())
     evidence = publish(results, out_root, evidence_dir(doc))

@@ -73,6 +73,25 @@ def full_pass_s(sim_cfg) -> float:
     return float(P0.cost.pass_time(full, full * full / 2, z, z))
 
 
+def prefill_capacity(sim_cfg, spec, num_requests: int, seeds) -> float:
+    """Requests per second a prefill policy serves when the cluster cannot keep up (seed mean): the workload
+    arrives at once, and the prefill tokens of the passes that start in the middle half of the run, per second,
+    over the run's prefill tokens per request (tokens, not completions: a policy that takes long prompts first,
+    as PBAA does from a deep buffer, would read fast or slow by its order). A rate above it has no steady state: its backlog grows
+    for as long as arrivals last, so a finite run can still meet a mean-TTFT target there by ending before the
+    backlog is seen (`peak_rate` alone)."""
+    cfg = at_rate(sim_cfg, 1e6, num_requests)
+    burst = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, arrival="poisson", time_scale=None))
+    rates = []
+    for seed in seeds:
+        res = simulate(burst, {"prefill": make_policy("prefill", spec)}, int(seed))
+        passes = res.steps[res.steps.kind == PassKind.PREFILL]
+        lo, hi = passes.t.quantile(0.25), passes.t.quantile(0.75)
+        tokens = passes.tokens[(passes.t >= lo) & (passes.t < hi)].sum()
+        rates.append(float(tokens / (hi - lo)) / float(passes.tokens.sum() / len(res.requests)))
+    return float(np.mean(rates))
+
+
 MAX_DOUBLINGS = 8
 
 
