@@ -73,20 +73,26 @@ def full_pass_s(sim_cfg) -> float:
     return float(P0.cost.pass_time(full, full * full / 2, z, z))
 
 
-def prefill_capacity(sim_cfg, spec, num_requests: int, seeds) -> float:
-    """Requests per second a prefill policy serves when the cluster cannot keep up (seed mean): the workload
-    arrives at once, and the prefill tokens of the passes that start in the middle half of the run, per second,
-    over the run's prefill tokens per request (tokens, not completions: a policy that takes long prompts first,
-    as PBAA does from a deep buffer, would read fast or slow by its order). A rate above it has no steady state: its backlog grows
-    for as long as arrivals last, so a finite run can still meet a mean-TTFT target there by ending before the
-    backlog is seen (`peak_rate` alone)."""
-    cfg = at_rate(sim_cfg, 1e6, num_requests)
-    burst = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, arrival="poisson", time_scale=None))
+def prefill_capacity(sim_cfg, spec, num_requests: int, seeds, overload: float = 1.5) -> float:
+    """Requests per second a prefill policy serves under sustained overload (seed mean): Poisson arrivals at
+    `overload` x the full-chunk rate (`full_pass_s`), and the prefill tokens of the passes that start in the
+    middle half of the arrival period, per second, over the run's prefill tokens per request. Tokens, not
+    completions: a policy that takes long prompts first, as PBAA does from a deep buffer, would read fast or
+    slow by its order. Arrivals, not a burst: a release rule without a capacity model (SBS's first-fit and
+    round-robin ablations) sends a burst's whole buffer to one instance and leaves the others idle, which
+    says nothing of its steady state. A rate above this has no steady state: its backlog grows for as long as
+    arrivals last, so a finite run can still meet a mean-TTFT target there by ending before the backlog is
+    seen (`peak_rate` alone)."""
+    P = sim_cfg.cluster.prefill
+    prompts, _ = workload_lengths(sim_cfg)
+    full = P.count * P.dp * P.chunk_tokens / full_pass_s(sim_cfg) / float(prompts.mean())
+    cfg = at_rate(sim_cfg, overload * full, num_requests)
     rates = []
     for seed in seeds:
-        res = simulate(burst, {"prefill": make_policy("prefill", spec)}, int(seed))
+        res = simulate(cfg, {"prefill": make_policy("prefill", spec)}, int(seed))
         passes = res.steps[res.steps.kind == PassKind.PREFILL]
-        lo, hi = passes.t.quantile(0.25), passes.t.quantile(0.75)
+        span = float(res.requests.arrival.max())
+        lo, hi = 0.25 * span, 0.75 * span
         tokens = passes.tokens[(passes.t >= lo) & (passes.t < hi)].sum()
         rates.append(float(tokens / (hi - lo)) / float(passes.tokens.sum() / len(res.requests)))
     return float(np.mean(rates))

@@ -10,9 +10,9 @@ the target (every request served: flow control throttles instead of rejecting), 
 prefill chunk utilisation (prefill tokens per pass / (DP units x chunk), mean over passes) there.
 
 Regime: a max-QPS point is in regime when its rejections stay under 1% (the bisection's own rule), the
-bisection bracketed the rate, and the rate lies below the variant's saturated throughput (a burst of
-`capacity_requests`; the max QPS is capped there and flagged, since a finite run can meet the target
-above it).
+bisection bracketed the rate, and the rate lies below the variant's saturated throughput
+(`capacity_requests` at 1.5 x the full-chunk rate; the max QPS is capped there and flagged, since a
+finite run can meet the target above it).
 
 Pass-time sensitivity (`pass_time_mfu`): the headline on/off pair again on the first scenario with the
 hardware's achievable FLOP fraction (`hardware.mfu`) lowered, so that a full-chunk pass takes a larger

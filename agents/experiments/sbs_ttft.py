@@ -3,7 +3,7 @@
 The load points are fractions of immediate dispatch's SLO-limited peak QPS, measured here:
 the largest Poisson rate at which immediate dispatch keeps the mean TTFT within the
 scenario's SLO (bisection, `peak_seeds` seeds per point), capped at the rate the cluster serves
-when saturated (`prefill_capacity`, `capacity_requests` arriving at once): above it a finite run
+when saturated (`prefill_capacity`: `capacity_requests` at 1.5 x the full-chunk rate): above it a finite run
 meets the target only because it ends before its backlog is seen. A capped peak flags the 100%
 point (`peak, short prompts` / `peak, long prompts`): it is critical, with no steady state. At
 each load, immediate dispatch and SBS run on the same traffic (`seeds`); ttft_ratio = SBS mean
