@@ -71,6 +71,12 @@ def sustainable_peak(exp: Experiment, tag: str, sim_cfg, imm, sbs, slo: float, n
     return min(run_peak, capacity["immediate"]), {"immediate_run_peak": run_peak, **capacity}
 
 
+def load_axis(peak: float, capacity: dict) -> str:
+    """The figures' x label: the peak the loads are fractions of, and whether it is the capped one."""
+    capped = " = saturated: 1.0 is critical" if capacity["immediate_run_peak"] > capacity["immediate"] else ""
+    return f"load (fraction of immediate dispatch's SLO-limited peak, {peak:.3g} req/s{capped})"
+
+
 @experiment
 def run(exp: Experiment) -> dict:
     p, cfg = exp.p, exp.cfg
@@ -119,12 +125,12 @@ def run(exp: Experiment) -> dict:
         f"{peak_long:.2f} req/s ({p.long_scenario}, <= {long_slo} s; bisection "
         f"{capacity_long['immediate_run_peak']:.2f}, saturated {capacity_long['immediate']:.2f}).\n\n"
         + table.round(4).to_markdown(index=False))
-    xlabel = "load (fraction of immediate dispatch's SLO-limited peak)"
     plots.lines(loads, {"immediate": col(main, "immediate", "ttft_mean"), "SBS": col(main, "sbs", "ttft_mean")},
-                xlabel, "mean TTFT (s)", exp.figure("ttft_vs_load.png"))
+                load_axis(peak, capacity), "mean TTFT (s)", exp.figure("ttft_vs_load.png"))
     plots.lines(loads, {"immediate mean": col(long, "immediate", "ttft_mean"), "SBS mean": col(long, "sbs", "ttft_mean"),
                         "immediate p99": col(long, "immediate", "ttft_p99"), "SBS p99": col(long, "sbs", "ttft_p99")},
-                xlabel, "TTFT (s), prompts 3K-64K, chunk 16K", exp.figure("ttft_vs_load_long.png"))
+                load_axis(peak_long, capacity_long), "TTFT (s), prompts 3K-64K, chunk 16K",
+                exp.figure("ttft_vs_load_long.png"))
     plots.lines(loads, {k: col(main, k, "ttft_mean") for k in specs}, "load (fraction of immediate's peak)",
                 "mean TTFT (s)", exp.figure("ttft_vs_load_all.png"))
     plots.bars({f"{k} @{x:.0%}": v for x in loads for k, v in (
