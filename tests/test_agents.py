@@ -166,6 +166,20 @@ def test_each_algorithm_trains_and_evaluates_through_simulate(tmp_path, algo):
     assert ev.per_seed[0]["finished"] + ev.per_seed[0]["rejected"] == 100
 
 
+def test_progress_past_the_target_is_the_real_count_without_a_percentage():
+    """SB3 ends on a whole rollout (6144 steps for 6000 in rollouts of 2 x 256): no "102%" is printed."""
+    from types import SimpleNamespace
+
+    from pdgym.agents.training.callbacks import ProgressLog
+
+    log = ProgressLog(6000, 300, "run")
+    log.model = SimpleNamespace(n_envs=2, n_steps=256)
+    assert log.done(3000) == "step 3000/6000 (50%)" and log.done(6000) == "step 6000/6000 (100%)"
+    assert log.done(6144) == "step 6144 (total_timesteps=6000 rounded up to whole rollouts of 512 steps)"
+    log.model = SimpleNamespace(n_envs=1)  # off-policy (DQN): no rollout size to name
+    assert log.done(300) == "step 300/6000 (5%)" and "%" not in log.done(6010)
+
+
 def test_same_seed_same_metrics(tmp_path):
     args = [*TINY, "agent=maskable_ppo", *SMALL_PPO, "seed=1"]
     a = train_from_overrides(args, tmp_path / "a")

@@ -16,6 +16,7 @@ APPS = {
     "pdgym-sim": "pdgym.agents.apps.sim",
     "pdgym-repro": "pdgym.agents.apps.repro",
     "pdgym-eval": "pdgym.agents.evaluation.evaluate",
+    "pdgym-enjoy": "pdgym.agents.apps.enjoy",
     "pdgym-leaderboard": "pdgym.agents.evaluation.leaderboard",
     "pdgym-train": "pdgym.agents.training.train",
 }
@@ -97,6 +98,16 @@ OTHERS = [
     ("pdgym-eval", ["policy=jsq", "budget_s=0"], "budget_s"), ("pdgym-eval", ["policy=jsq", "tables=json"], "tables"),
     ("pdgym-eval", ["policy=no_such_policy"], "no_such_policy"),
     ("pdgym-eval", ["policy=/no/such/model.zip"], "/no/such/model.zip"),
+    # the root config's single seed is not pdgym-eval's: it ran seeds [0, 1, 2] without a word
+    ("pdgym-eval", ["policy=fcfs", "scenario=md1_single_slot", "seed=5"], "seeds=["),
+    ("pdgym-eval", ["policy=fcfs", "scenario=md1_single_slot", "seed=abc"], "seeds=["),
+    ("pdgym-enjoy", ["policy=br0", "scenario=decode_tier_n16", "seed=5"], "index="),
+    # simulator values: refused before the run folder, not after the progress bar started
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "workload.rate=-3"], "workload.rate"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "workload.trace=/no/such.csv"], "workload.trace"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "cluster.decode.dp=0"], "cluster.decode.dp"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "cluster.decode.kv_capacity_tokens=100"],
+     "kv_capacity_tokens"),
     # a change at the tested policy's own point would be dropped silently: refused, with the way to say it
     ("pdgym-eval", ["policy=sbs", "scenario=ds_v3_h800_3p1d", "+policy.prefill.compose=length"],
      "policy={name: sbs, KEY: VALUE}"),

@@ -31,11 +31,16 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_profile(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
     p = run(*TINY, "profile.plots=true", "hydra.run.dir=" + str(out))
     assert p.returncode == 0, p.stderr
-    return out
+    return out, p.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_profile):
+    return tiny_profile[0]
 
 
 def test_tiny_cpu_run_writes_every_file(tiny_run):
@@ -48,6 +53,22 @@ def test_tiny_cpu_run_writes_every_file(tiny_run):
     assert (meas.time_s > 0).all() and np.allclose(meas.time_s, meas.timed_s * 36)  # 1 of qwen3_8b's 36 layers
     hw = yaml.safe_load((tiny_run / "hardware_fit.yaml").read_text())
     assert hw["name"] == "h100_profiled" and hw["mfu"] == pytest.approx(fit["mfu"], rel=1e-3)
+
+
+def test_printed_table_override_drives_pdgym_sim(tiny_profile, tmp_path, monkeypatch):
+    """The overrides the app prints (as README shows them) are accepted by pdgym-sim: `cost.params` is
+    free-form, so its `path` needs the `+` (without it Hydra refuses the key)."""
+    from pdgym.agents.apps import sim
+
+    out, stdout = tiny_profile
+    hint = next(ln for ln in stdout.splitlines() if "cost.kind=table" in ln).split(": ", 1)[1].split()
+    assert hint == ["cost.kind=table", f"+cost.params.path={out / 'table.csv'}"]
+    monkeypatch.chdir(tmp_path)
+    sim.main(["scenario=coloc_h100_qwen3_8b", "workload.num_requests=20", "plots=false", *hint,
+              f"hydra.run.dir={tmp_path / 'sim'}"])
+    assert json.loads((tmp_path / "sim" / "metrics.json").read_text())["finished"] == 20
+    assert yaml.safe_load((tmp_path / "sim" / ".hydra" / "config.yaml").read_text())["cost"]["params"] == \
+        {"path": str(out / "table.csv")}
 
 
 def test_table_csv_loads_into_the_table_cost_model_and_drives_a_simulation(tiny_run):

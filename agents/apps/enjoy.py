@@ -31,6 +31,7 @@ FRAMES = "frames"
 def settings(data: dict) -> dict:
     """The checked settings of a composed conf/enjoy.yaml (one-line ConfigError otherwise)."""
     E.check_policy_given(data.get("enjoy_policy"))
+    E.check_no_seed(data, "pdgym-enjoy replays run index=N of the split (e.g. index=5)")
     split_name = E.check_split(data)
     ints = {k: check_int(data.get(k), k, lo) for k, lo in
             (("index", 0), ("every", 1), ("max_frames", 1), ("max_steps", 1), ("batch", 1))}

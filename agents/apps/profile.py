@@ -12,7 +12,8 @@ median of `repeats`) and scaled by model.layers / layers; embeddings, LM head, s
 scheduler are left out (their fixed cost lands in the fitted pass_overhead_s only as far as it scales).
 
 Writes to DIR (each file atomically; fit.json last, so a run without it is incomplete):
-  table.csv           cost.kind=table input (phase, tokens, kv, time_s), checked by a short simulate()
+  table.csv           cost.kind=table input (phase, tokens, kv, time_s), checked by a short simulate();
+                      use it with cost.kind=table +cost.params.path=DIR/table.csv
   measurements.csv    every grid point: measured and fitted seconds, relative error
   hardware_fit.yaml   the hardware profile with the fitted mfu, mbu, pass_overhead_s
   profile.png         measured vs fitted
@@ -518,6 +519,8 @@ def main(cfg: DictConfig) -> dict:
     print(f"fit: mfu {fit['mfu']:.4g}, mbu {fit['mbu']:.4g}, pass_overhead_s {fit['pass_overhead_s']:.4g} "
           f"(relative error rms {summary['rel_err_rms']:.1%}, max {summary['rel_err_max']:.1%})")
     print(f"results in {out}")
+    print(f"to simulate with the table, add to a pdgym-sim run of the same model and hardware: "
+          f"cost.kind=table +cost.params.path={out / 'table.csv'}")
     return summary
 
 

@@ -549,6 +549,13 @@ def check_policy_given(value) -> None:
         raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
 
 
+def check_no_seed(data: dict, instead: str) -> None:
+    """The root config's single `seed` means nothing to an app that takes run indices (eval.yaml and
+    enjoy.yaml null it): a given one would be ignored without a word, so it is refused with `instead`."""
+    if data.get("seed") is not None:
+        raise ConfigError(f"seed: got {data['seed']!r}; {instead}, not seed=")
+
+
 def check_split(data: dict) -> str | None:
     """The `split` key: a name of `splits` (conf/splits) or null."""
     split_name, splits = data.get("split"), data.get("splits") or {}
@@ -562,6 +569,7 @@ def checked(data: dict) -> tuple:
     agents/common.hydra_cli) and `_app`: (policy under test, seeds, split name, metrics to show, budget,
     the policies at the other points)."""
     check_policy_given(data.get("eval_policy"))
+    check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
     seeds = data.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds):
@@ -594,10 +602,15 @@ def check_not_shadowed(data: dict, cand: Candidate) -> None:
 
 
 def validate(cfg) -> None:
-    """pdgym-eval's validate hook: `checked` on the composed config."""
-    from pdgym.agents.common import to_container
+    """pdgym-eval's validate hook: `checked`, then the first run's simulator is built (its config, trace
+    segment and capacity checks) so a bad simulator value fails before Hydra creates the run folder."""
+    from pdgym.agents.common import sim_config_from, to_container
+    from pdgym.baselines import make_policies
 
-    checked(to_container(cfg))
+    data = to_container(cfg)
+    _, seeds, split_name, _, _, others = checked(data)
+    raw, seed = apply_split(data, data["splits"][split_name] if split_name else None, seeds[0])
+    Simulator(sim_config_from(raw), make_policies(others), seed=seed)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,10 +97,18 @@ class ProgressLog(BaseCallback):
         rate = (n - self.n_last) / max(now - self.t_last, 1e-9)
         overall = (n - self.n0) / max(now - self.t0, 1e-9)
         left = max(self.target - n, 0) / max(overall, 1e-9)
-        print(f"{self.name}: step {n}/{self.target} ({100 * n / max(self.target, 1):.0f}%), {rate:.0f} steps/s "
-              f"(run {overall:.0f}), {left:.0f} s left", flush=True)
+        print(f"{self.name}: {self.done(n)}, {rate:.0f} steps/s (run {overall:.0f}), {left:.0f} s left", flush=True)
         self.logger.record("time/steps_per_s", overall)
         self.t_last, self.n_last = now, n
+
+    def done(self, n: int) -> str:
+        """Steps done of the target; past it (SB3 ends only on a whole rollout: 6144 steps for 6000 in rollouts
+        of 2 x 256) the real count is said so, not as a percentage over 100."""
+        if n <= self.target:
+            return f"step {n}/{self.target} ({100 * n / max(self.target, 1):.0f}%)"
+        n_steps = getattr(self.model, "n_steps", None)
+        size = f" of {self.model.n_envs * n_steps} steps" if isinstance(n_steps, int) else ""
+        return f"step {n} (total_timesteps={self.target} rounded up to whole rollouts{size})"
 
 
 class HeldOutEval(BaseCallback):

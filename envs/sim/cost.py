@@ -315,7 +315,7 @@ def _piecewise_linear(params: dict, hw: HardwareProfile, model: ModelProfile, in
 @COST_MODELS.register("table")
 def _table(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
     check_params(params, ("path",), "cost.params", "kind=table")
-    check(isinstance(params.get("path"), str), "cost.params.path", "required for kind=table (a CSV path)")
+    check(isinstance(params.get("path"), str), "cost.params.path", "required for kind=table: give +cost.params.path=FILE.csv")
     return TableCost(inst.dp, params["path"])
 
 
