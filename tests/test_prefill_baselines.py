@@ -25,7 +25,7 @@ from pdgym.envs.sim.events import PassKind
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "policy" / "prefill"
 PREFILL = ("random", "jsq", "least_tokens", "fixed_batch", "dynamic_batch", "sbs")
-RATE = 126.0  # req/s: the scenario's own rate, 60% of immediate dispatch's SLO-limited peak (210 req/s)
+RATE = load_scenario("ds_v3_h800_3p1d").sim.workload.rate  # the scenario's own (126 req/s, 0.61 of saturation)
 
 
 def scenario(rate: float, n: int, *extra: str):
