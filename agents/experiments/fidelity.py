@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import json
+import os
 import re
 import shutil
 import sys
@@ -216,6 +217,16 @@ def publish(results: dict, out_root: Path, dest: Path) -> Path:
     return dest
 
 
+SPEC = Path(__file__).resolve().parents[2] / "docs" / "ALGORITHMS.md"  # in a checkout; a wheel has no docs/
+
+
+def spec_link(doc_dir: Path) -> str:
+    """ALGORITHMS.md, linked relative to the report when the checkout's copy is there."""
+    if not SPEC.is_file():
+        return "ALGORITHMS.md"
+    return f"[ALGORITHMS.md]({Path(os.path.relpath(SPEC, doc_dir.resolve())).as_posix()})"
+
+
 def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir: Path, extra: list[str]) -> str:
     figures = evidence.relative_to(doc_dir) if evidence.is_relative_to(doc_dir) else evidence.resolve()
     n_pass = sum(r["verdict"] == "pass" for r in rows)
@@ -231,7 +242,7 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
         + (f"; overrides: `{' '.join(extra)}`" if extra else "") + ".",
         "",
         "Each effect: the paper's figure, pdgym's value(s) from the reproduction's summary.json, the band it must "
-        "fall in (the paper's figure within a factor of about 2, ALGORITHMS.md; the direction always), and the "
+        f"fall in (the paper's figure within a factor of about 2, {spec_link(doc_dir)}; the direction always), and the "
         "verdict. *out of regime*: the reproduction flagged a point (load, occupancy) outside the regime the "
         "effect is claimed for, so the value is not a test of it. Each run's summary.json and figures are in "
         f"[{figures}/]({figures}/) (`--rejudge --out` that folder judges them again).",

@@ -73,8 +73,8 @@ def sustainable_peak(exp: Experiment, tag: str, sim_cfg, imm, sbs, slo: float, n
 
 def load_axis(peak: float, capacity: dict) -> str:
     """The figures' x label: the peak the loads are fractions of, and whether it is the capped one."""
-    capped = " = saturated: 1.0 is critical" if capacity["immediate_run_peak"] > capacity["immediate"] else ""
-    return f"load (fraction of immediate dispatch's SLO-limited peak, {peak:.3g} req/s{capped})"
+    capped = " = saturated" if capacity["immediate_run_peak"] > capacity["immediate"] else ""
+    return f"load (fraction of immediate's peak, {peak:.3g} req/s{capped})"
 
 
 @experiment
