@@ -54,25 +54,6 @@ def board(tmp_path_factory):
     return Path(summary["out_dir"]), summary
 
 
-@pytest.mark.parametrize("preset", [None, "quick"])
-def test_boards_train_their_agents_on_the_scenarios_they_rank_them_on(preset):
-    """A train entry's recipe picks its scenario (the env's default otherwise: Azure decode_tier_n16); the
-    quick router was trained there and ranked on the heavy-tailed decode_ht_n16."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_module("pdgym.conf", version_base=None):
-        board_cfg = compose(config_name="leaderboard", overrides=[f"preset={preset}"] if preset else [])
-        assert board_cfg.train
-        for entry in board_cfg.train:
-            train_cfg = compose(config_name="train", overrides=list(entry.overrides))
-            ranked = entry.get("scenarios") or [k for k, sc in board_cfg.scenarios.items()
-                                                if sc and sc.point == train_cfg.env.point]
-            assert ranked and {board_cfg.scenarios[k].scenario for k in ranked} == {train_cfg.scenario_name}, \
-                entry.label
-
-
 # --------------------------------------------------------------------------- statistics
 def test_interval_stays_inside_the_values_so_non_negative_metrics_keep_non_negative_bounds():
     s = E.interval([0.0, 0.0, 0.0, 12.0, float("nan")])  # a Student-t interval would go below zero here
