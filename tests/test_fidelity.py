@@ -144,15 +144,14 @@ def test_prefill_capacity_is_the_full_chunk_rate_and_a_rate_above_it_has_no_stea
     """The saturated throughput is what full-chunk passes give (the cost model's own figure, within the short
     prompts' cheaper attention), and a rate 4% above it keeps building a backlog: the last quarter of the run
     waits far longer than the first, which a finite run's mean TTFT hides (why sbs_ttft caps its peak)."""
-    from pdgym.agents.experiments.measure import at_rate, full_pass_s, prefill_capacity
+    from pdgym.agents.experiments.measure import at_rate, full_chunk_rate, prefill_capacity
     from pdgym.baselines import make_policy
     from pdgym.envs.scenario import load_scenario
     from pdgym.envs.sim import simulate
 
     sim = load_scenario("ds_v3_h800_3p1d").sim
     cap = prefill_capacity(sim, "round_robin", 3000, [0])
-    P = sim.cluster.prefill
-    full = P.count * P.dp * P.chunk_tokens / full_pass_s(sim) / 1025.3  # the workload's mean prompt
+    full = full_chunk_rate(sim)
     assert 0.98 < cap / full < 1.05, (cap, full)
 
     def quarters(load: float) -> list[float]:

@@ -73,9 +73,17 @@ def full_pass_s(sim_cfg) -> float:
     return float(P0.cost.pass_time(full, full * full / 2, z, z))
 
 
+def full_chunk_rate(sim_cfg) -> float:
+    """Requests per second the prefill instances serve if every pass is full (`full_pass_s`), at the
+    workload's mean prompt: the cost model's own capacity figure."""
+    P = sim_cfg.cluster.prefill
+    prompts, _ = workload_lengths(sim_cfg)
+    return P.count * P.dp * P.chunk_tokens / full_pass_s(sim_cfg) / float(prompts.mean())
+
+
 def prefill_capacity(sim_cfg, spec, num_requests: int, seeds, overload: float = 1.5) -> float:
     """Requests per second a prefill policy serves under sustained overload (seed mean): Poisson arrivals at
-    `overload` x the full-chunk rate (`full_pass_s`), and the prefill tokens of the passes that start in the
+    `overload` x the full-chunk rate (`full_chunk_rate`), and the prefill tokens of the passes that start in the
     middle half of the arrival period, per second, over the run's prefill tokens per request. Tokens, not
     completions: a policy that takes long prompts first, as PBAA does from a deep buffer, would read fast or
     slow by its order. Arrivals, not a burst: a release rule without a capacity model (SBS's first-fit and
@@ -83,10 +91,7 @@ def prefill_capacity(sim_cfg, spec, num_requests: int, seeds, overload: float = 
     says nothing of its steady state. A rate above this has no steady state: its backlog grows for as long as
     arrivals last, so a finite run can still meet a mean-TTFT target there by ending before the backlog is
     seen (`peak_rate` alone)."""
-    P = sim_cfg.cluster.prefill
-    prompts, _ = workload_lengths(sim_cfg)
-    full = P.count * P.dp * P.chunk_tokens / full_pass_s(sim_cfg) / float(prompts.mean())
-    cfg = at_rate(sim_cfg, overload * full, num_requests)
+    cfg = at_rate(sim_cfg, overload * full_chunk_rate(sim_cfg), num_requests)
     rates = []
     for seed in seeds:
         res = simulate(cfg, {"prefill": make_policy("prefill", spec)}, int(seed))

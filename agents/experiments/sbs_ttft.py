@@ -54,6 +54,11 @@ def queueing_ceiling(table: pd.DataFrame, n: int) -> list[float]:
     return ((imm.ttft_mean - imm.device_queue_s + imm.pass_s / (2 * n)) / imm.ttft_mean).round(4).tolist()
 
 
+def ttft_target(given, sim_cfg) -> float:
+    """The mean-TTFT target of the SLO-limited peak: the configured one (the paper's), else the scenario's."""
+    return float(given) if given is not None else sim_cfg.slo.ttft_s
+
+
 def sustainable_peak(exp: Experiment, tag: str, sim_cfg, imm, sbs, slo: float, num_requests: int,
                      capacity_requests: int, lo: float, hi: float) -> tuple[float, dict]:
     """Immediate dispatch's SLO-limited peak, never above the rate the cluster serves saturated, and both
@@ -85,7 +90,7 @@ def run(exp: Experiment) -> dict:
     loads = [float(x) for x in p.loads]
     imm, sbs = exp.spec(p.immediate), exp.spec(p.sbs)
     sim_cfg = exp.sim
-    slo = float(p.ttft_target_s) if p.get("ttft_target_s") is not None else sim_cfg.slo.ttft_s
+    slo = ttft_target(p.get("ttft_target_s"), sim_cfg)
     prompts, _ = workload_lengths(sim_cfg, exp.seed)
     chunk = sim_cfg.cluster.prefill.chunk_tokens
     exp.regime("short prompts", f"share of prompts longer than the {chunk}-token chunk",
@@ -104,7 +109,7 @@ def run(exp: Experiment) -> dict:
     lo_tok, hi_tok = p.long_range
     exp.regime("long prompts", f"share of prompts in the paper's {lo_tok}-{hi_tok} tokens",
                float(np.mean((long_prompts >= lo_tok) & (long_prompts <= hi_tok))), lo=float(p.min_in_long_range))
-    long_slo = float(p.long_ttft_target_s) if p.get("long_ttft_target_s") is not None else long_cfg.slo.ttft_s
+    long_slo = ttft_target(p.get("long_ttft_target_s"), long_cfg)
     peak_long, capacity_long = sustainable_peak(exp, "long prompts", long_cfg, imm, sbs, long_slo,
                                                 int(p.long_peak_requests), int(p.long_capacity_requests),
                                                 float(p.long_rate_lo), float(p.long_rate_hi))
