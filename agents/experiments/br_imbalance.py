@@ -103,7 +103,7 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
                     traces[label(spec)] = kept
                 rows.append({"workload": tag, "N": int(n), "router": label(spec), "seed": int(seed),
                              "rate": float(p.load) * cap, "capacity_rps": cap, "capacity_per_worker": cap / int(n),
-                             "prefill_instances": cfg.cluster.prefill.count, **r})
+                             "prefill_instances": cfg.cluster.prefill.count, "decode_tp": cfg.cluster.decode.tp, **r})
     table = pd.DataFrame(rows)
     means = seed_means(table)
     for r in means[means.router.isin(["br0", "least_kv"])].itertuples():
@@ -141,7 +141,8 @@ def summarise(table: pd.DataFrame, p) -> dict:
     f: dict = {k: [] for k in ("N", "best_classic", "imb_ratio_br0", "imb_ratio_brh_oracle", "tput_gain_br0",
                                "tpot_p95_ratio_brh", "imb_ratio_brh_survival", "imb_ratio_brh_memo",
                                "imb_ratio_brh_survival_hold", "imb_ratio_brh_memo_hold",
-                               "tput_gain_brh_oracle", "capacity_per_worker", "prefill_instances")}
+                               "tput_gain_brh_oracle", "capacity_per_worker", "prefill_instances",
+                               "decode_tp")}
     for n, t in table.groupby("N", sort=True):
         t = t.set_index("router")
         classic = t.loc[[c for c in p.classic]]
@@ -159,6 +160,7 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["tput_gain_brh_oracle"].append(t.tput["brh_oracle"] / t.tput[best] - 1 if oracle else None)
         f["capacity_per_worker"].append(float(t.capacity_per_worker.iloc[0]))
         f["prefill_instances"].append(int(t.prefill_instances.iloc[0]))
+        f["decode_tp"].append(int(t.decode_tp.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
             f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
     return f

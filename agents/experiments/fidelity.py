@@ -65,10 +65,29 @@ def as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+def sibling(path: str, key: str) -> str:
+    """The summary path of `key` beside `path`'s last field (`heavy_tail.imb_ratio_br0`, N -> `heavy_tail.N`)."""
+    head, dot, _ = path.rpartition(".")
+    return f"{head}{dot}{key}"
+
+
+def select(effect: dict, summary: dict, path: str, vals: list) -> list:
+    """The values at the effect's points: `at: {N: [4, 8, 16]}` keeps the entries whose sibling N is listed (the
+    paper's tier sizes inside a run that also measures N = 32); a run without every listed point raises KeyError
+    (the effect is not measured: a claim about three tier sizes is not tested by one)."""
+    if not effect.get("at"):
+        return vals
+    (key, want), = effect["at"].items()
+    have = as_list(lookup(summary, sibling(path, key)))
+    if len(have) != len(vals) or any(w not in have for w in want):
+        raise KeyError(f"{path} at {key} = {want}")
+    return [vals[have.index(w)] for w in want]
+
+
 def judge(effect: dict, summary: dict) -> tuple[list, str]:
     """(values, verdict) of one effect against its band; "not measured" when the run has no such value."""
     try:
-        vals = as_list(lookup(summary, effect["value"]))
+        vals = select(effect, summary, effect["value"], as_list(lookup(summary, effect["value"])))
         per = as_list(lookup(summary, effect["per"])) if effect.get("per") else None
     except (KeyError, IndexError, TypeError):
         return [], "not measured"
@@ -80,7 +99,7 @@ def judge(effect: dict, summary: dict) -> tuple[list, str]:
         if b is None:
             return None
         if isinstance(b, str):
-            bs = as_list(lookup(summary, b))
+            bs = select(effect, summary, b, as_list(lookup(summary, b)))
             return bs[k] if len(bs) > 1 else bs[0]
         return b
 
@@ -100,10 +119,14 @@ def judge(effect: dict, summary: dict) -> tuple[list, str]:
 def out_of_regime(effect: dict, summary: dict) -> list[str]:
     """The flagged regime points an effect depends on: all of its reproduction's, or with `regime: TAG` (or a
     list of TAGs) only the points whose name starts with one of them (br_imbalance measures several tiers; one
-    tier out of regime says nothing about another's effect, nor sbs_ttft's 100% point about its 40%)."""
+    tier out of regime says nothing about another's effect, nor sbs_ttft's 100% point about its 40%); with `at`,
+    only the flags of the points judged."""
     flagged = summary.get("regime", {}).get("out_of_regime", [])
     tag = effect.get("regime")
     tags = None if tag is None else tuple(str(t) for t in as_list(tag))
+    if tags and effect.get("at"):  # only the flags of the points judged: "workload N=4 ..." for at {N: [4]}
+        (key, want), = effect["at"].items()
+        tags = tuple(f"{t} {key}={w} " for t in tags for w in want)
     return [f for f in flagged if tags is None or f.startswith(tags)]
 
 

@@ -23,7 +23,11 @@ import pandas as pd
 from pdgym.baselines import make_policy
 from pdgym.envs.sim import SimResult, Simulator, simulate
 from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.cost import kv_capacity_tokens
 from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.hardware import load_hardware
+from pdgym.envs.sim.models import load_model
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
@@ -182,21 +186,42 @@ class KVRecorder(Observer):
 
 def tier(sim_cfg, n: int | None = None, rate: float | None = None, oracle: bool | None = None,
          num_requests: int | None = None, scale_prefill: bool = False):
-    """The tier config with N workers (EP N), an arrival rate, the oracle flag and a request count.
+    """The tier config with N workers (EP N x tp), an arrival rate, the oracle flag and a request count.
     `scale_prefill`: prefill instances grow with N (ceil(count x N / the scenario's N), never fewer), so the side
-    that feeds the pool grows with the decode tier and a larger N is not starved."""
+    that feeds the pool grows with the decode tier and a larger N is not starved. A tier of N workers that
+    cannot hold the model's weights gets the smallest worker that can (`holding_worker`)."""
     cl, wl = sim_cfg.cluster, sim_cfg.workload
     if n is not None:
         if scale_prefill:
             count = max(cl.prefill.count, math.ceil(cl.prefill.count * n / cl.decode.dp))
             cl = dataclasses.replace(cl, prefill=dataclasses.replace(cl.prefill, count=count))
-        cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, ep=n * cl.decode.tp))
+        tp = holding_worker(sim_cfg, n)
+        cl = dataclasses.replace(cl, decode=dataclasses.replace(cl.decode, dp=n, tp=tp, ep=n * tp))
     if rate is not None:
         wl = dataclasses.replace(wl, rate=float(rate))
     if num_requests is not None:
         wl = dataclasses.replace(wl, num_requests=int(num_requests))
     out = dataclasses.replace(sim_cfg, cluster=cl, workload=wl)
     return dataclasses.replace(out, oracle=oracle) if oracle is not None else out
+
+
+def holding_worker(sim_cfg, n: int) -> int:
+    """Attention TP per decode worker for a tier of `n` workers: the scenario's, doubled until the weights fit
+    (EP n x tp). DeepSeek-V3 on 4 Ascend 910C at EP 4 needs 181 GB per device of 115 usable, so BalanceRoute's
+    N = 4 tier runs 4 workers of 2 NPUs each (SGLang `--tp 8 --dp 4 --enable-dp-attention`)."""
+    dec = sim_cfg.cluster.decode
+    if dec.kv_capacity_tokens is not None:
+        return dec.tp
+    hw, model = load_hardware(sim_cfg.hardware), load_model(sim_cfg.model)
+    tp = dec.tp
+    for _ in range(8):
+        inst = dataclasses.replace(dec, dp=n, tp=tp, ep=n * tp)
+        try:
+            kv_capacity_tokens(hw, model, inst)
+            return tp
+        except ConfigError:
+            tp *= 2
+    return dec.tp  # nothing fits: the engine's own check names the key
 
 
 @dataclasses.dataclass(frozen=True)
