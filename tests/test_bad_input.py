@@ -76,6 +76,13 @@ REPRO = [
     (["sbs_ttft", "repro.loads=[a]"], "numbers"), (["sbs_ttft", "repro.long_range=[9,3]"], "two ascending"),
     (["pbaa_util", "repro.scenarios=[]"], "repro.scenarios"), (["eb_hardware", "repro.hardware=[1]"], "names"),
     (["md1_check", "repro.rhos=0.5"], "repro.rhos"),
+    # scalar parameters against the reproduction's defaults (ttft_target_s=abc was a ValueError traceback,
+    # num_requests=abc started running); null only where the reproduction declares it
+    (["sbs_ttft", "repro.ttft_target_s=abc"], "repro.ttft_target_s"),
+    (["sbs_ttft", "repro.long_ttft_target_s=-1"], "number >= 0 or null"),
+    (["sbs_ttft", "repro.num_requests=abc"], "whole number"), (["md1_check", "repro.num_requests=1.5"], "whole number"),
+    (["br_imbalance", "repro.sweep=yes"], "true or false"), (["br_imbalance", "repro.load=null"], "repro.load"),
+    (["pbaa_util", "repro.immediate=3"], "non-empty name"),
     # found by the runner, after its folder exists: the folder goes again
     (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d,ds_v3_h800_3p1d_long]"], "repro.ttft_target_s"),
     # a new key inside a mapping: the hint adds that key alone, with its own value

@@ -24,6 +24,23 @@ def test_lookup_and_judge_follow_the_band_rules():
     assert fidelity.judge({"value": "r[0]", "per": "r[1]", "band": [0.8, 0.9]}, s)[1] == "pass"  # 0.857
 
 
+def test_an_effect_at_named_points_judges_those_points_and_their_flags_only():
+    """BalanceRoute's Table 2 tiers are N = 4, 8, 16; br_imbalance also runs N = 32. `at` judges the paper's
+    points (values, path bounds and regime flags); a run without every listed point has not measured the effect."""
+    s = {"N": [4, 8, 16, 32], "r": [0.2, 0.3, 0.4, 0.6], "o": [0.1, 0.1, 0.1, 0.9],
+         "ht": {"N": [4, 8, 16, 32], "g": [0.05, 0.06, 0.07, 0.01]},
+         "regime": {"out_of_regime": ["workload N=32 br0: share of decode steps with an empty pool"]}}
+    at = {"at": {"N": [4, 8, 16]}, "regime": "workload"}
+    assert fidelity.judged({**at, "value": "r", "band": [0.0, 0.5]}, s) == ([0.2, 0.3, 0.4], "pass")
+    assert fidelity.judged({"value": "r", "band": [0.0, 0.5], "regime": "workload"}, s)[1] == "FAIL (out of regime)"
+    assert fidelity.judge({**at, "value": "r", "band": ["o", 1.0]}, s)[1] == "pass"  # bound at the same points
+    assert fidelity.judge({**at, "value": "ht.g", "band": [0.0, 1.0], "check": "increasing"}, s)[1] == "pass"
+    assert fidelity.judge({"value": "ht.g", "band": [0.0, 1.0], "check": "increasing"}, s)[1] == "FAIL"
+    assert not fidelity.out_of_regime({**at, "regime": "workload"}, s)
+    assert fidelity.out_of_regime({"at": {"N": [32]}, "regime": "workload"}, s)
+    assert fidelity.judge({**at, "value": "r", "band": [0.0, 0.5]}, {"N": [8], "r": [0.3]})[1] == "not measured"
+
+
 def test_an_effect_is_out_of_regime_only_by_its_own_points():
     s = {"regime": {"out_of_regime": ["ascend_910c N=16 br0: share of decode steps with an empty pool"]}}
     assert fidelity.out_of_regime({"regime": "ascend_910c"}, s)

@@ -31,7 +31,7 @@ from pdgym.agents.common import (
     split_argv,
     to_container,
 )
-from pdgym.agents.experiments.harness import check_lists, repro_seeds
+from pdgym.agents.experiments.harness import check_lists, check_scalars, repro_seeds
 from pdgym.envs.sim.config import check_seed
 from pdgym.envs.sim.metrics import write_json
 
@@ -53,10 +53,11 @@ def load(name: str, overrides: list[str]):
 
 def validate(cfg, defaults, runner) -> None:
     """What every runner relies on, checked before any folder exists: a valid seed, simulator config and
-    `repro` lists (against the reproduction's defaults, `defaults`)."""
+    `repro` lists and scalars (against the reproduction's defaults, `defaults`)."""
     check_seed(to_container(cfg).get("seed"))
     repro_seeds(cfg)
     check_lists(cfg.repro, defaults.repro, getattr(runner, "may_be_empty", frozenset()))
+    check_scalars(cfg.repro, defaults.repro, getattr(runner, "may_be_null", {}))
     sim_config_from(cfg)
 
 

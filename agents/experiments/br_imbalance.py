@@ -220,7 +220,8 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- entry point
-@experiment(may_be_empty=("predictors", "hold_predictors"))
+@experiment(may_be_empty=("predictors", "hold_predictors"),
+            may_be_null={"heavy_tail_scenario": None, "paper_scenario": None})
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds

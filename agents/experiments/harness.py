@@ -96,6 +96,39 @@ def check_lists(block, defaults, may_be_empty=frozenset()) -> None:
             raise ConfigError(f"repro.{key}: got {v!r}; must be {want}")
 
 
+def check_scalars(block, defaults, may_be_null=None) -> None:
+    """The reproduction's scalar parameters against its own defaults, before any run folder exists.
+
+    A key whose default is a flag must get a flag; a whole number, a whole number; a number, a number; a name, a
+    non-empty name; a number default >= 0 keeps that sign. Null is refused unless the reproduction declares the
+    key in `may_be_null` ({key: an example of its non-null kind, or None for "like the default"}); a key whose
+    default is null is checked only through that example. Without this `repro.ttft_target_s=abc` ended in a
+    ValueError traceback and `repro.num_requests=abc` started running."""
+    may_be_null = dict(may_be_null or {})
+    for key, dv in defaults.items():
+        if key == "runner" or OmegaConf.is_config(dv):
+            continue
+        like = may_be_null.get(key) if may_be_null.get(key) is not None else dv
+        if like is None or OmegaConf.is_config(like):
+            continue
+        v = block.get(key)
+        if v is None and key in may_be_null:
+            continue
+        if isinstance(like, bool):
+            ok, want = isinstance(v, bool), "true or false"
+        elif isinstance(like, str):
+            ok, want = isinstance(v, str) and bool(v), "a non-empty name"
+        else:
+            kind = "integers" if isinstance(like, int) else "numbers"
+            sign = " >= 0" if like >= 0 else ""
+            ok = _fits(v, kind, sign)
+            want = f"{'a whole number' if kind == 'integers' else 'a number'}{sign}"
+        if not ok:
+            null = " or null" if key in may_be_null else ""
+            example = str(like).lower() if isinstance(like, bool) else repr(like)
+            raise ConfigError(f"repro.{key}: got {v!r}; must be {want}{null}, e.g. {example}")
+
+
 @dataclass
 class Experiment:
     """What one reproduction run sees and writes (see the module docstring)."""
@@ -186,9 +219,11 @@ class Experiment:
         return out
 
 
-def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: tuple[str, ...] = ()):
+def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: tuple[str, ...] = (),
+               may_be_null: dict | None = None):
     """Wrap `fn(exp) -> summary` as the `run(cfg, out)` runner that pdgym-repro calls. `may_be_empty`: the
-    list parameters an empty list is a valid value for (e.g. no predictors), for `check_lists`."""
+    list parameters an empty list is a valid value for (e.g. no predictors), for `check_lists`; `may_be_null`:
+    the scalar parameters null is a valid value for, each with an example of its other kind (`check_scalars`)."""
 
     def wrap(fn):
         @wraps(fn)
@@ -197,6 +232,7 @@ def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: 
             return exp.finish(fn(exp))
 
         run.may_be_empty = frozenset(may_be_empty)
+        run.may_be_null = dict(may_be_null or {})
         return run
 
     return wrap(fn) if fn is not None else wrap

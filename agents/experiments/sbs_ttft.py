@@ -83,7 +83,7 @@ def load_axis(peak: float, capacity: dict) -> str:
     return f"load (fraction of immediate's peak, {peak:.3g} req/s{capped})"
 
 
-@experiment
+@experiment(may_be_null={"ttft_target_s": None, "long_ttft_target_s": 10.0})
 def run(exp: Experiment) -> dict:
     p, cfg = exp.p, exp.cfg
     seeds = exp.seeds
