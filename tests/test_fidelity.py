@@ -189,7 +189,7 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
     from pdgym.agents.experiments import br_imbalance as B
 
     rows = [{"workload": "w", "N": 8, "router": r, "seed": s, "imbalance": imb, "tput": tput, "tpot_p95": 1.0,
-             "capacity_per_worker": 3.0, "prefill_instances": 4, "pool_mean": 10.0, "empty_pool_frac": 0.0,
+             "capacity_per_worker": 3.0, "prefill_instances": 4, "decode_tp": 1, "pool_mean": 10.0, "empty_pool_frac": 0.0,
              "slot_occupancy": 1.0}
             for r, s, imb, tput in [("least_kv", 0, 100.0, 1.0), ("least_kv", 1, 300.0, 1.0),
                                     ("random", 0, 150.0, 1.0), ("random", 1, 150.0, 1.0),
@@ -206,6 +206,22 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
     assert spread["seeds"] == [0, 1]
     assert spread["imb_ratio_br0_seeds"] == [[round(50 / 150, 4), round(60 / 150, 4)]]
     assert spread["tput_gain_br0_seeds"] == [[0.1, 0.3]]
+
+
+def test_a_tier_too_small_for_the_model_gets_the_smallest_worker_that_holds_it():
+    """BalanceRoute's N = 4 tier on the Ascend 910C: DeepSeek-V3 at EP 4 needs 181 GB per device of 115 usable,
+    so each worker spans 2 NPUs (EP 8); from N = 8 a worker is one NPU. A tier that fits keeps its scenario's tp."""
+    from pdgym.agents.experiments.measure import holding_worker, tier
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import Simulator
+
+    paper = load_scenario("decode_tier_ds_v3_910c_n16").sim
+    assert [holding_worker(paper, n) for n in (4, 8, 16, 32)] == [2, 1, 1, 1]
+    small = tier(paper, n=4, num_requests=50)
+    assert (small.cluster.decode.dp, small.cluster.decode.tp, small.cluster.decode.ep) == (4, 2, 8)
+    assert Simulator(small, None, 0).decode[0].dp == 4  # the engine accepts it (it refused EP 4 at tp 1)
+    h800 = load_scenario("decode_tier_n16").sim
+    assert tier(h800, n=4).cluster.decode.tp == 1
 
 
 def test_decode_tier_calibration_reaches_a_full_tier():
