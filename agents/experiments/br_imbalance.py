@@ -27,7 +27,9 @@ the heavy-tailed tier carries long-context traffic (mean prompt 4K, KV about 60%
 
 BR-H runs with the oracle (`oracle: true` for that run only) and with the deployable predictors,
 survival and memo (also with `hold_full: true`, rows brh_*_hold: see baselines/balance_route.py),
-fitted on the trace rows outside the evaluated ones. The same comparison runs on the heavy-tailed
+fitted on the trace rows outside the evaluated ones, and the oracle again at each discount of `oracle_gammas`
+(rows brh_oracle_g<gamma>, summary `imb_ratio_brh_oracle_by_gamma`): the lookahead's value at N = 4 needs a
+shorter effective horizon than the default's (docs/fidelity.md). The same comparison runs on the heavy-tailed
 synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
 `sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
 
@@ -63,18 +65,22 @@ def label(spec) -> str:
     if isinstance(spec, str):
         return spec
     if spec["name"] == "brh":
-        return f"brh_{spec.get('predictor', 'survival')}" + ("_hold" if spec.get("hold_full") else "")
+        return (f"brh_{spec.get('predictor', 'survival')}" + ("_hold" if spec.get("hold_full") else "")
+                + (f"_g{spec['gamma']}" if "gamma" in spec else ""))
     return spec["name"]
 
 
 def routers(p) -> list:
-    """The router specs of one comparison: classic ones, BR-0, BR-H with each predictor."""
+    """The router specs of one comparison: classic ones, BR-0, BR-H with each predictor, and the oracle at
+    each of `oracle_gammas` (the lookahead's discount: its best value moves with N)."""
     out: list = list(p.classic)
     out.append(dict(p.br0))
     for pred in p.predictors:
         out.append({**dict(p.brh), "predictor": pred})
     for pred in p.hold_predictors:
         out.append({**dict(p.brh), "predictor": pred, "hold_full": True})
+    for g in p.get("oracle_gammas") or []:
+        out.append({**dict(p.brh), "predictor": "oracle", "gamma": float(g)})
     return out
 
 
@@ -163,6 +169,10 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["decode_tp"].append(int(t.decode_tp.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
             f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
+        for g in p.get("oracle_gammas") or []:  # {gamma: [BR-H oracle / BR-0 imbalance per N]}
+            key = f"brh_oracle_g{float(g)}"
+            f.setdefault("imb_ratio_brh_oracle_by_gamma", {}).setdefault(str(float(g)), []).append(
+                t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
     return f
 
 
@@ -171,7 +181,7 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
     """Grouped bars: one group per N, one bar per router (throughput relative to least_kv if asked)."""
     ns = sorted(table.N.unique())
     names = list(dict.fromkeys(table.router))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names) * len(ns) / 2), 3.8))
+    fig, ax = plt.subplots(figsize=(min(16, max(6, 1.1 * len(names) * len(ns) / 2)), 4.2))
     width = 0.8 / len(names)
     colors = plt.get_cmap("tab20" if len(names) > 10 else "tab10").colors  # one colour per router
     for i, name in enumerate(names):
@@ -188,9 +198,9 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
         lo = min(b.get_height() for b in ax.patches)
         ax.set_ylim(max(0.0, lo - 0.05), None)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, ncol=min(len(names), 7), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend sits above the axes, off the bars
     plt.close(fig)
 
 
@@ -220,7 +230,7 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- entry point
-@experiment(may_be_empty=("predictors", "hold_predictors"),
+@experiment(may_be_empty=("predictors", "hold_predictors", "oracle_gammas"),
             may_be_null={"heavy_tail_scenario": None, "paper_scenario": None})
 def run(exp: Experiment) -> dict:
     p = exp.p
