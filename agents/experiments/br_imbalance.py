@@ -65,22 +65,20 @@ def label(spec) -> str:
     if isinstance(spec, str):
         return spec
     if spec["name"] == "brh":
-        return (f"brh_{spec.get('predictor', 'survival')}" + ("_hold" if spec.get("hold_full") else "")
-                + (f"_g{spec['gamma']}" if "gamma" in spec else ""))
+        return f"brh_{spec.get('predictor', 'survival')}" + ("_hold" if spec.get("hold_full") else "")
     return spec["name"]
 
 
-def routers(p) -> list:
-    """The router specs of one comparison: classic ones, BR-0, BR-H with each predictor, and the oracle at
-    each of `oracle_gammas` (the lookahead's discount: its best value moves with N)."""
-    out: list = list(p.classic)
-    out.append(dict(p.br0))
-    for pred in p.predictors:
-        out.append({**dict(p.brh), "predictor": pred})
-    for pred in p.hold_predictors:
-        out.append({**dict(p.brh), "predictor": pred, "hold_full": True})
-    for g in p.get("oracle_gammas") or []:
-        out.append({**dict(p.brh), "predictor": "oracle", "gamma": float(g)})
+def routers(p) -> list[tuple[str, object]]:
+    """(label, spec) of every router of one comparison: classic ones, BR-0, BR-H with each predictor, and the
+    oracle at each of `oracle_gammas` (brh_oracle_g<gamma>: the lookahead's discount, whose best value moves
+    with N)."""
+    specs: list = [*p.classic, dict(p.br0)]
+    specs += [{**dict(p.brh), "predictor": pred} for pred in p.predictors]
+    specs += [{**dict(p.brh), "predictor": pred, "hold_full": True} for pred in p.hold_predictors]
+    out = [(label(s), s) for s in specs]
+    out += [(f"brh_oracle_g{float(g)}", {**dict(p.brh), "predictor": "oracle", "gamma": float(g)})
+            for g in p.get("oracle_gammas") or []]
     return out
 
 
@@ -98,7 +96,7 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
         cap = calib.decode_rps
         exp.regime(f"{tag} N={n} calibration", "share of full decode steps in the capacity burst", calib.full_share,
                    lo=0.1, note="(a part-empty tier's capacity reads low)")
-        for spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
+        for name, spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
             for seed in seeds:
                 figure = n == p.trace_n and seed == seeds[0]
@@ -106,8 +104,8 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
                                int(p.trace_steps) if figure else 0)
                 kept = r.pop("kept")
                 if figure:
-                    traces[label(spec)] = kept
-                rows.append({"workload": tag, "N": int(n), "router": label(spec), "seed": int(seed),
+                    traces[name] = kept
+                rows.append({"workload": tag, "N": int(n), "router": name, "seed": int(seed),
                              "rate": float(p.load) * cap, "capacity_rps": cap, "capacity_per_worker": cap / int(n),
                              "prefill_instances": cfg.cluster.prefill.count, "decode_tp": cfg.cluster.decode.tp, **r})
     table = pd.DataFrame(rows)
