@@ -115,7 +115,8 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
                    hi=float(p.regime_max_empty_pool), note="(not saturated: nothing left to choose from)")
     fields = summarise(means, p)
     fields.update(per_seed(table, fields))
-    plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
+    if traces:  # trace_n is one of the N measured
+        plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
     plot_groups(means, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
     plot_groups(means, "tput", "decode throughput", exp.figure(f"throughput_{tag}.png"),
                 relative=True)
