@@ -39,6 +39,8 @@ def test_an_effect_at_named_points_judges_those_points_and_their_flags_only():
     assert not fidelity.out_of_regime({**at, "regime": "workload"}, s)
     assert fidelity.out_of_regime({"at": {"N": [32]}, "regime": "workload"}, s)
     assert fidelity.judge({**at, "value": "r", "band": [0.0, 0.5]}, {"N": [8], "r": [0.3]})[1] == "not measured"
+    assert fidelity.judge({**at, "value": "r", "per": "o", "band": [2.0, 4.0]}, s)[0] == pytest.approx([2, 3, 4])
+    assert fidelity.judge({**at, "value": "r", "per": "r[0]", "band": [1.0, 2.0]}, s)[0] == pytest.approx([1, 1.5, 2])
 
 
 def test_an_effect_is_out_of_regime_only_by_its_own_points():

@@ -71,11 +71,11 @@ def sibling(path: str, key: str) -> str:
     return f"{head}{dot}{key}"
 
 
-def select(effect: dict, summary: dict, path: str, vals: list) -> list:
+def select(effect: dict, summary: dict, path: str, vals: list, scalar_ok: bool = False) -> list:
     """The values at the effect's points: `at: {N: [4, 8, 16]}` keeps the entries whose sibling N is listed (the
     paper's tier sizes inside a run that also measures N = 32); a run without every listed point raises KeyError
     (the effect is not measured: a claim about three tier sizes is not tested by one)."""
-    if not effect.get("at"):
+    if not effect.get("at") or (scalar_ok and len(vals) == 1):  # a single bound or divisor holds at every point
         return vals
     (key, want), = effect["at"].items()
     have = as_list(lookup(summary, sibling(path, key)))
@@ -88,7 +88,8 @@ def judge(effect: dict, summary: dict) -> tuple[list, str]:
     """(values, verdict) of one effect against its band; "not measured" when the run has no such value."""
     try:
         vals = select(effect, summary, effect["value"], as_list(lookup(summary, effect["value"])))
-        per = as_list(lookup(summary, effect["per"])) if effect.get("per") else None
+        per = select(effect, summary, effect["per"], as_list(lookup(summary, effect["per"])), scalar_ok=True) \
+            if effect.get("per") else None
     except (KeyError, IndexError, TypeError):
         return [], "not measured"
     if per:
@@ -99,7 +100,7 @@ def judge(effect: dict, summary: dict) -> tuple[list, str]:
         if b is None:
             return None
         if isinstance(b, str):
-            bs = select(effect, summary, b, as_list(lookup(summary, b)))
+            bs = select(effect, summary, b, as_list(lookup(summary, b)), scalar_ok=True)
             return bs[k] if len(bs) > 1 else bs[0]
         return b
 
