@@ -83,6 +83,14 @@ REPRO = [
     (["sbs_ttft", "repro.num_requests=abc"], "whole number"), (["md1_check", "repro.num_requests=1.5"], "whole number"),
     (["br_imbalance", "repro.sweep=yes"], "true or false"), (["br_imbalance", "repro.load=null"], "repro.load"),
     (["pbaa_util", "repro.immediate=3"], "non-empty name"),
+    # ranges and ties a default's sign cannot say (a newcomer trial: window_start=1.5 was an IndexError
+    # traceback, rho=1.2 simulated an unstable queue, kill_at=2 never killed, inverted rates gave a gain of 0)
+    (["br_imbalance", "repro.window_start=1.5"], "[0, 1)"), (["iqr_band", "repro.trace_at=2"], "repro.trace_at"),
+    (["md1_check", "repro.rho=1.2", "repro.rhos=[0.5,1.2]"], "(0, 1)"), (["sbs_faults", "repro.kill_at=2"], "kill_at"),
+    (["md1_check", "repro.rho=0.6", "repro.rhos=[0.5]"], "one of repro.rhos"),
+    (["pbaa_util", "repro.rate_lo=200", "repro.rate_hi=50"], "must be below it"),
+    (["sbs_ttft", "repro.long_rate_lo=9"], "repro.long_rate_lo"), (["br_imbalance", "repro.load=0"], "(0, inf)"),
+    (["sbs_faults", "repro.drop=1.5"], "[0, 1)"),
     # found by the runner, after its folder exists: the folder goes again
     (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d,ds_v3_h800_3p1d_long]"], "repro.ttft_target_s"),
     # a new key inside a mapping: the hint adds that key alone, with its own value

@@ -250,7 +250,8 @@ def test_decode_tier_calibration_reaches_a_full_tier():
 def test_committed_report_is_its_committed_evidence_judged(report, tmp_path):
     """docs/REPORT.md's table is what judging docs/REPORT/ (the runs' summaries) gives today: a hand edit of
     the table, a band changed in conf/fidelity.yaml or a judge rule changed without re-judging fails here.
-    (Judged from a copy: --rejudge writes fidelity.json beside the runs it reads.)"""
+    Judging leaves what it reads untouched (it wrote fidelity.json into --out, so the README's check dirtied
+    docs/fidelity/)."""
     import shutil
     from pathlib import Path
 
@@ -262,6 +263,9 @@ def test_committed_report_is_its_committed_evidence_judged(report, tmp_path):
         block = text.split("<!-- fidelity:begin -->", 1)[1].split("<!-- fidelity:end -->", 1)[0]
         return [ln for ln in block.splitlines() if ln.startswith("| ") or ln.startswith("**")]
 
+    before = {f: f.read_bytes() for f in (docs / report).rglob("*") if f.is_file()}
+    fidelity.run(None, False, docs / report, tmp_path / "check.md", [], rejudge=True)
+    assert {f: f.read_bytes() for f in (docs / report).rglob("*") if f.is_file()} == before
     committed = rows((docs / f"{report}.md").read_text())
     assert len(committed) > 20
     assert rows((tmp_path / "out" / f"{report}.md").read_text()) == committed

@@ -94,7 +94,8 @@ def test_repro_interrupted_keeps_the_previous_run_whole(tmp_path):
     prev.mkdir(parents=True)
     (prev / "summary.json").write_text('{"previous": true}\n')
     partial = tmp_path / "runs/repro/md1_check.partial"
-    r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]"],
+    r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]",
+                    "repro.rho=0.5"],
                    lambda: partial.exists() and time.sleep(1.5) is None, signal.SIGINT, tmp_path)
     assert r.returncode == 130 and "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.strip().splitlines() if "it/s]" not in ln]  # the progress bar aside

@@ -31,7 +31,7 @@ from pdgym.agents.common import (
     split_argv,
     to_container,
 )
-from pdgym.agents.experiments.harness import check_lists, check_scalars, repro_seeds
+from pdgym.agents.experiments.harness import check_lists, check_scalars, check_within, repro_seeds
 from pdgym.envs.sim.config import check_seed
 from pdgym.envs.sim.metrics import write_json
 
@@ -58,6 +58,9 @@ def validate(cfg, defaults, runner) -> None:
     repro_seeds(cfg)
     check_lists(cfg.repro, defaults.repro, getattr(runner, "may_be_empty", frozenset()))
     check_scalars(cfg.repro, defaults.repro, getattr(runner, "may_be_null", {}))
+    check_within(cfg.repro, getattr(runner, "within", {}))
+    if getattr(runner, "check", None) is not None:
+        runner.check(cfg.repro)
     sim_config_from(cfg)
 
 

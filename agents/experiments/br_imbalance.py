@@ -230,7 +230,9 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- entry point
 @experiment(may_be_empty=("predictors", "hold_predictors", "oracle_gammas"),
-            may_be_null={"heavy_tail_scenario": None, "paper_scenario": None})
+            may_be_null={"heavy_tail_scenario": None, "paper_scenario": None},
+            within={"window_start": "[0, 1)", "trace_at": "[0, 1)", "load": "(0, inf)", "feed_margin": "(0, inf)",
+                    "regime_max_empty_pool": "[0, 1]", "oracle_gammas": "(0, 1]"})
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds

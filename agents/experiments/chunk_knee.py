@@ -55,7 +55,7 @@ def with_workload(sim_cfg, **changes):
     return dataclasses.replace(sim_cfg, workload=dataclasses.replace(sim_cfg.workload, **changes))
 
 
-@experiment
+@experiment(within={"min_keep_up": "[0, 1]"})
 def run(exp: Experiment) -> dict:
     p, seed, base = exp.p, exp.seed, exp.sim
     trace = base.workload.trace

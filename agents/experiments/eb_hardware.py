@@ -43,7 +43,7 @@ def run_set(sim_cfg, seed: int, policies=POLICIES) -> dict[str, dict]:
     return {p: simulate(sim_cfg, {"batching": make_policy("batching", p)}, seed).summary() for p in policies}
 
 
-@experiment
+@experiment(within={"min_decode_ratio": "[0, 1]"})
 def run(exp: Experiment) -> dict:
     p, cfg = exp.p, exp.cfg
     seed = exp.seed

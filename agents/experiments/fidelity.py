@@ -208,7 +208,7 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
     write_marked(doc, "fidelity", report)  # the hand-written reading of the verdicts around it stays
     verdicts = {"effects": [{k: r[k] for k in ("repro", "effect", "values", "band", "verdict")} for r in rows],
                 "wall_s": {n: r["wall_s"] for n, r in results.items()}, "tiny": tiny, "commit": commit_id()}
-    for d in {out_root, evidence}:
+    for d in {evidence} if rejudge else {out_root, evidence}:  # judging runs leaves the runs as they are
         d.mkdir(parents=True, exist_ok=True)
         write_json(d / "fidelity.json", verdicts)
     print(f"fidelity: {sum(r['verdict'] == 'pass' for r in rows)}/{len(rows)} effects pass; report in {doc}")

@@ -14,6 +14,7 @@ listed in the summary's `regime.out_of_regime` and printed, never dropped silent
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cached_property, wraps
 from pathlib import Path
@@ -129,6 +130,40 @@ def check_scalars(block, defaults, may_be_null=None) -> None:
             raise ConfigError(f"repro.{key}: got {v!r}; must be {want}{null}, e.g. {example}")
 
 
+_INTERVAL = re.compile(r"^([\[(])\s*(-?inf|-?[0-9.]+)\s*,\s*(-?inf|-?[0-9.]+)\s*([\])])$")
+
+
+def check_within(block, within: dict[str, str]) -> None:
+    """Declared ranges, interval notation ("[0, 1)", "(0, inf)"), of scalar parameters or of every element of a
+    list parameter: quantiles, fractions, utilisations. Kinds are `check_scalars`' and `check_lists`'; this
+    adds the bounds a default's sign cannot say (`repro.window_start=1.5` indexed past the end of the run,
+    `repro.rho=1.2` simulated an unstable queue and reported a negative theory)."""
+    for key, spec in within.items():
+        m = _INTERVAL.match(spec)
+        if m is None:
+            raise ValueError(f"within[{key!r}]: {spec!r} is not an interval like '[0, 1)'")  # a runner's own bug
+        lo_b, lo, hi, hi_b = m.group(1), float(m.group(2)), float(m.group(3)), m.group(4)
+        v = block.get(key)
+        vals = list(v) if OmegaConf.is_list(v) else [v]
+        for x in vals:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                continue  # null where allowed; a wrong kind is check_scalars' / check_lists' line
+            if not ((x > lo if lo_b == "(" else x >= lo) and (x < hi if hi_b == ")" else x <= hi)):
+                raise ConfigError(f"repro.{key}: got {v!r}; must lie in {spec}")
+
+
+def rising(*pairs: tuple[str, str]) -> Callable[[Any], None]:
+    """An `experiment(check=...)` for the bounds of a search (`rate_lo` < `rate_hi`): inverted, a bisection
+    reported its floor as the answer."""
+
+    def check(block) -> None:
+        for lo, hi in pairs:
+            if not float(block[lo]) < float(block[hi]):
+                raise ConfigError(f"repro.{lo}: got {block[lo]!r} with repro.{hi}={block[hi]!r}; must be below it")
+
+    return check
+
+
 @dataclass
 class Experiment:
     """What one reproduction run sees and writes (see the module docstring)."""
@@ -220,10 +255,13 @@ class Experiment:
 
 
 def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: tuple[str, ...] = (),
-               may_be_null: dict | None = None):
+               may_be_null: dict | None = None, within: dict[str, str] | None = None,
+               check: Callable[[Any], None] | None = None):
     """Wrap `fn(exp) -> summary` as the `run(cfg, out)` runner that pdgym-repro calls. `may_be_empty`: the
     list parameters an empty list is a valid value for (e.g. no predictors), for `check_lists`; `may_be_null`:
-    the scalar parameters null is a valid value for, each with an example of its other kind (`check_scalars`)."""
+    the scalar parameters null is a valid value for, each with an example of its other kind (`check_scalars`);
+    `within`: ranges of parameters (`check_within`); `check(repro_block)`: what ties parameters together
+    (raises ConfigError). pdgym-repro applies them all before any folder exists."""
 
     def wrap(fn):
         @wraps(fn)
@@ -233,6 +271,8 @@ def experiment(fn: Callable[[Experiment], dict] | None = None, *, may_be_empty: 
 
         run.may_be_empty = frozenset(may_be_empty)
         run.may_be_null = dict(may_be_null or {})
+        run.within = dict(within or {})
+        run.check = check
         return run
 
     return wrap(fn) if fn is not None else wrap

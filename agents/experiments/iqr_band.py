@@ -27,7 +27,7 @@ from .harness import Experiment, experiment
 from .measure import plot_traces, run_router
 
 
-@experiment
+@experiment(within={"window_start": "[0, 1)", "trace_at": "[0, 1)"})
 def run(exp: Experiment) -> dict:
     p = exp.p
     seed = exp.seed

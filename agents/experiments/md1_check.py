@@ -17,7 +17,7 @@ import pandas as pd
 from pdgym.agents import plots
 from pdgym.agents.common import policy_spec
 from pdgym.baselines import make_policies
-from pdgym.envs.sim import simulate
+from pdgym.envs.sim import ConfigError, simulate
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
@@ -50,7 +50,13 @@ def wait_for(sim_cfg, policies, d: float, rho: float, n: int, seed: int) -> tupl
     return float(waits.mean()), wait_theory, batch_means_se(waits)
 
 
-@experiment
+def headline_is_measured(p) -> None:
+    """The headline load `rho` is one of the swept `rhos` (it was silently replaced by the nearest one)."""
+    if float(p.rho) not in [float(r) for r in p.rhos]:
+        raise ConfigError(f"repro.rho: got {p.rho!r}; must be one of repro.rhos {list(p.rhos)} (the headline point)")
+
+
+@experiment(within={"rho": "(0, 1)", "rhos": "(0, 1)", "max_rel_se": "(0, inf)"}, check=headline_is_measured)
 def run(exp: Experiment) -> dict:
     p = exp.p
     sim_cfg = exp.sim

@@ -34,7 +34,7 @@ from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.hardware import load_hardware
 from tqdm import tqdm
 
-from .harness import Experiment, experiment
+from .harness import Experiment, experiment, rising
 from .measure import bracketed, full_pass_s, peak_rate, prefill_capacity, run_point
 
 
@@ -52,7 +52,7 @@ def max_qps(exp: Experiment, point: str, sim_cfg, spec, target: float, rate_lo: 
     return min(qps, cap)
 
 
-@experiment(may_be_empty=("ablations", "pass_time_mfu"))
+@experiment(may_be_empty=("ablations", "pass_time_mfu"), check=rising(("rate_lo", "rate_hi")))
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds

@@ -44,7 +44,7 @@ def run_case(sim_cfg, spec, faults: dict, seed: int) -> dict:
             "reasons": reasons}
 
 
-@experiment
+@experiment(within={"drop": "[0, 1)", "kill_at": "[0, 1]"})
 def run(exp: Experiment) -> dict:
     p = exp.p
     sim_cfg = exp.sim

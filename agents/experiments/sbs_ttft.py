@@ -42,7 +42,7 @@ import pandas as pd
 from pdgym.agents import plots
 from tqdm import tqdm
 
-from .harness import Experiment, experiment
+from .harness import Experiment, experiment, rising
 from .measure import bracketed, col, load_sweep, peak_rate, prefill_capacity, ratios, workload_lengths
 
 
@@ -83,7 +83,9 @@ def load_axis(peak: float, capacity: dict) -> str:
     return f"load (fraction of immediate's peak, {peak:.3g} req/s{capped})"
 
 
-@experiment(may_be_null={"ttft_target_s": None, "long_ttft_target_s": 10.0})
+@experiment(may_be_null={"ttft_target_s": None, "long_ttft_target_s": 10.0},
+            check=rising(("rate_lo", "rate_hi"), ("long_rate_lo", "long_rate_hi")),
+            within={"max_over_chunk": "[0, 1]", "min_in_long_range": "[0, 1]"})
 def run(exp: Experiment) -> dict:
     p, cfg = exp.p, exp.cfg
     seeds = exp.seeds
