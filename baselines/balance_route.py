@@ -27,7 +27,10 @@ Admissions never exceed a worker's slots or KV capacity (`sim.admit`'s rule: KV 
 BR-H projections: each active request carries tau_hat, its expected in-window remaining steps from a
 predictor (pdgym.baselines.predictors), refreshed every `refresh` tokens and decremented by one per
 step between; a refresh is accepted only when P >= q_min (else tau_hat = H); floor 1 while active
-(reaching it forces a refresh). `hold_full: true` is an alternative reading: a tau_hat of H ("present
+(reaching it forces a refresh). `first_weight` (pdgym's, not in the paper; null: the spec's gamma^0 = 1) weighs
+the step about to run apart from the window: with the spec's weights it carries 1 of about 1 / (1 - gamma), and
+at small N the oracle then overfills today for departures it foresees (docs/fidelity.md, br_imbalance); the
+router's `stats` count the picks that overflow today's margin. `hold_full: true` is an alternative reading: a tau_hat of H ("present
 through the whole window": the request outlives it, or the predictor is not confident) is held until
 the next refresh instead of decremented, so no departure is projected at h = H - s that no prediction
 made. br_imbalance measures both (brh_*_hold rows): holding helps the deployable predictors on the
@@ -189,6 +192,10 @@ class _BalanceRoute(DecodeRouter):
 
     def reset(self, sim: SimView) -> None:
         self._order = LoadOrder()
+        # picks: admissions to one worker in a round (a Stage 1 request or a Stage 2 subset); overflow_*: those
+        # whose Delta exceeded today's margin m_w(1), and by how much in all. Measurements for the reproductions
+        # (a lookahead that overfills today: docs/fidelity.md, br_imbalance); the router does not read them.
+        self.stats = {"picks": 0, "overflow_picks": 0, "overflow_tokens": 0}
 
     def route(self, sim: SimView, inst: int) -> None:
         """One round. Stage 2 reads only its window: the K oldest pool entries (`islice` of the pool) or
@@ -227,6 +234,13 @@ class _BalanceRoute(DecodeRouter):
                     delta += load
                     free[w] -= 1
                     total_free -= 1
+            if delta:
+                over = delta - int(lmax[0] - proj[w, 0])
+                st = self.stats
+                st["picks"] += 1
+                if over > 0:
+                    st["overflow_picks"] += 1
+                    st["overflow_tokens"] += over
             room[w] -= delta
             proj[w] += delta
             np.maximum(lmax, proj[w], out=lmax)
@@ -284,7 +298,7 @@ class BRH(_BalanceRoute):
     """BalanceRoute BR-H: the BR-0 rounds scored over an H-step lookahead of projected loads."""
 
     def __init__(self, horizon: int = 48, gamma: float = 0.9, alpha: float = 1.0, beta: float | None = None,
-                 refresh: int = 16, q_min: float = 0.7, predictor: str = "survival",
+                 first_weight: float | None = None, refresh: int = 16, q_min: float = 0.7, predictor: str = "survival",
                  train_trace: str | None = "workload", train_rows: list[int] | None = None,
                  train_samples: int = 20000, min_samples: int = 3, hold_full: bool = False,
                  stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
@@ -303,6 +317,10 @@ class BRH(_BalanceRoute):
             raise ConfigError(f"policy.decode.hold_full: got {hold_full!r}; allowed: true, false")
         self.hold_full = hold_full
         self.weights = self.gamma ** np.arange(self.horizon, dtype=np.float64)
+        if first_weight is not None:  # pdgym's, not the spec's: the step about to run weighs this instead of 1
+            if isinstance(first_weight, bool) or not isinstance(first_weight, (int, float)) or not first_weight > 0:
+                raise ConfigError(f"policy.decode.first_weight: got {first_weight!r}; must be > 0 (or null for 1)")
+            self.weights[0] = float(first_weight)
         self.predictor = make_predictor(predictor, train_trace, train_rows, train_samples, min_samples)
 
     def reset(self, sim):

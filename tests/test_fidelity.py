@@ -191,8 +191,8 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
     from pdgym.agents.experiments import br_imbalance as B
 
     rows = [{"workload": "w", "N": 8, "router": r, "seed": s, "imbalance": imb, "tput": tput, "tpot_p95": 1.0,
-             "capacity_per_worker": 3.0, "prefill_instances": 4, "decode_tp": 1, "pool_mean": 10.0, "empty_pool_frac": 0.0,
-             "slot_occupancy": 1.0}
+             "capacity_per_worker": 3.0, "prefill_instances": 4, "decode_tp": 1, "overflow_per_pick": 5.0,
+             "pool_mean": 10.0, "empty_pool_frac": 0.0, "slot_occupancy": 1.0}
             for r, s, imb, tput in [("least_kv", 0, 100.0, 1.0), ("least_kv", 1, 300.0, 1.0),
                                     ("random", 0, 150.0, 1.0), ("random", 1, 150.0, 1.0),
                                     ("br0", 0, 50.0, 1.1), ("br0", 1, 60.0, 1.3)]]

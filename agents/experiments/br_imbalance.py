@@ -29,8 +29,9 @@ BR-H runs with the oracle (`oracle: true` for that run only) and with the deploy
 survival and memo (also with `hold_full: true`, rows brh_*_hold: see baselines/balance_route.py),
 fitted on the trace rows outside the evaluated ones, and the oracle again at each discount of `oracle_gammas`
 (rows brh_oracle_g<gamma>, summary `imb_ratio_brh_oracle_by_gamma`): the lookahead's value at N = 4 needs a
-shorter effective horizon than the default's (docs/fidelity.md). The same comparison runs on the heavy-tailed
-synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
+shorter effective horizon than the default's (docs/fidelity.md). `overflow_per_pick` (BR-0 and the oracle rows):
+tokens admitted past today's margin per admission, the router's own count (how much a lookahead overfills
+today). The same comparison runs on the heavy-tailed synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
 `sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
 
 Seeds (`seeds`): every router replays each seed's traffic (the rate calibrated on the first); the summary
@@ -168,6 +169,8 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["decode_tp"].append(int(t.decode_tp.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
             f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
+        for name in [r for r in t.index if r == "br0" or r.startswith("brh_oracle")]:  # tokens past today's margin
+            f.setdefault("overflow_per_pick", {}).setdefault(name, []).append(float(t.overflow_per_pick[name]))
         for g in p.get("oracle_gammas") or []:  # {gamma: [BR-H oracle / BR-0 imbalance per N]}
             key = f"brh_oracle_g{float(g)}"
             f.setdefault("imb_ratio_brh_oracle_by_gamma", {}).setdefault(str(float(g)), []).append(

@@ -291,7 +291,8 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     arrival of the `trace_at` quantile request are returned under "kept"."""
     needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
     cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
-    sim = Simulator(cfg, {"decode": make_policy("decode", copy.deepcopy(spec))}, seed)
+    router = make_policy("decode", copy.deepcopy(spec))
+    sim = Simulator(cfg, {"decode": router}, seed)
     rec = KVRecorder(0)
     sim.observe(rec)
     sim.run()
@@ -313,7 +314,17 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
             "rejected": s["rejected"], "pool_mean": float(pool.mean()) if len(pool) else float("nan"),
             "empty_pool_frac": float((pool == 0).mean()) if len(pool) else float("nan"),
             "slot_occupancy": float(win.reqs.mean() / (kv.shape[1] * sim.decode[0].batch_limit)),
-            "kept": kv[first:first + trace_steps]}
+            **overflow(router), "kept": kv[first:first + trace_steps]}
+
+
+def overflow(router) -> dict:
+    """BalanceRoute's admissions past today's margin, over the whole run (its `stats`; NaN for other routers):
+    the share of picks that overflow and the tokens of overflow per pick."""
+    st = getattr(router, "stats", None)
+    if not st or "overflow_tokens" not in st:
+        return {"overflow_share": float("nan"), "overflow_per_pick": float("nan")}
+    picks = max(st["picks"], 1)
+    return {"overflow_share": st["overflow_picks"] / picks, "overflow_per_pick": st["overflow_tokens"] / picks}
 
 
 def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
