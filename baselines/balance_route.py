@@ -180,6 +180,11 @@ class _BalanceRoute(DecodeRouter):
         self.weights = np.ones(1)
         self._order = LoadOrder()
 
+    @property
+    def stats(self) -> dict:
+        picks, over, tokens = self._counts
+        return {"picks": picks, "overflow_picks": over, "overflow_tokens": tokens}
+
     def _beta(self, d) -> float:
         return float(d.dp - 1) if self.beta is None else self.beta
 
@@ -195,7 +200,7 @@ class _BalanceRoute(DecodeRouter):
         # picks: admissions to one worker in a round (a Stage 1 request or a Stage 2 subset); overflow_*: those
         # whose Delta exceeded today's margin m_w(1), and by how much in all. Measurements for the reproductions
         # (a lookahead that overfills today: docs/fidelity.md, br_imbalance); the router does not read them.
-        self.stats = {"picks": 0, "overflow_picks": 0, "overflow_tokens": 0}
+        self._counts = [0, 0, 0]  # picks, overflow_picks, overflow_tokens (`stats`)
 
     def route(self, sim: SimView, inst: int) -> None:
         """One round. Stage 2 reads only its window: the K oldest pool entries (`islice` of the pool) or
@@ -220,6 +225,7 @@ class _BalanceRoute(DecodeRouter):
         whole = None  # Stage 1's (ids, loads, alive) over the whole pool, in `order`
         stage1_until = self.stage1_free * d.dp * d.batch_limit
         K = self.window
+        counts = self._counts
 
         def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
             """Admit (id, load) pairs to worker w; which were admitted."""
@@ -236,11 +242,10 @@ class _BalanceRoute(DecodeRouter):
                     total_free -= 1
             if delta:
                 over = delta - int(lmax[0] - proj[w, 0])
-                st = self.stats
-                st["picks"] += 1
+                counts[0] += 1
                 if over > 0:
-                    st["overflow_picks"] += 1
-                    st["overflow_tokens"] += over
+                    counts[1] += 1
+                    counts[2] += over
             room[w] -= delta
             proj[w] += delta
             np.maximum(lmax, proj[w], out=lmax)
