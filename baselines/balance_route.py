@@ -323,9 +323,7 @@ class BRH(_BalanceRoute):
         self.hold_full = hold_full
         self.weights = self.gamma ** np.arange(self.horizon, dtype=np.float64)
         if first_weight is not None:  # pdgym's, not the spec's: the step about to run weighs this instead of 1
-            if isinstance(first_weight, bool) or not isinstance(first_weight, (int, float)) or not first_weight > 0:
-                raise ConfigError(f"policy.decode.first_weight: got {first_weight!r}; must be > 0 (or null for 1)")
-            self.weights[0] = float(first_weight)
+            self.weights[0] = check_float(first_weight, "policy.decode.first_weight", 0, lo_open=True)
         self.predictor = make_predictor(predictor, train_trace, train_rows, train_samples, min_samples)
 
     def reset(self, sim):

@@ -291,7 +291,6 @@ def test_bad_parameters_fail_at_config_time_with_one_line(spec, key):
     assert msg.startswith(f"policy.decode.{key}:") and "\n" not in msg
 
 
-
 def test_the_oracle_lookahead_overfills_today_and_a_heavier_first_step_restrains_it():
     """BR-H's weights gamma^(h-1) give the step about to run 1 of about 1 / (1 - gamma); at small N the oracle
     then admits past today's margin for departures it foresees (docs/fidelity.md, br_imbalance: 325 tokens a
