@@ -294,7 +294,7 @@ def test_bad_parameters_fail_at_config_time_with_one_line(spec, key):
 def test_the_oracle_lookahead_overfills_today_and_a_heavier_first_step_restrains_it():
     """BR-H's weights gamma^(h-1) give the step about to run 1 of about 1 / (1 - gamma); at small N the oracle
     then admits past today's margin for departures it foresees (docs/fidelity.md, br_imbalance: 325 tokens a
-    pick against BR-0's 46 at N = 4 on the Azure tier). The routers count it themselves (`stats`); weighing today
+    pick against BR-0's 51 at N = 4 on the Azure tier). The routers count it themselves (`stats`); weighing today
     as the rest of the window (`first_weight`) brings it back towards BR-0's."""
     cfg = tier(n=4, limit=16, rate=400.0, num=1500, out_mean=120)
     per_pick = {}
