@@ -23,6 +23,7 @@ Writes to DIR (each file atomically; fit.json last, so a run without it is incom
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -47,9 +48,12 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 FIT_KEYS = ("mfu", "mbu", "pass_overhead_s")
 PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_tokens", "decode_batch", "decode_ctx",
-                "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots")
+                "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots", "cuda_graph")
 CHECK_KV_TOKENS = 1_000_000  # KV capacity of the check run's instances
 HUGE = 1e30  # a peak so high that its roofline term vanishes: isolates the other one
+# A derived MLP width is rounded to this multiple, as real models' widths are (Qwen3-8B 12288, Llama-3.1-8B 14336):
+# params_total gives Qwen3-8B 12287, and that odd width sent cuBLAS to unaligned GEMMs, 2.6x slower on an H200.
+ALIGN = 128
 
 
 # --------------------------------------------------------------------------- settings and shape
@@ -100,6 +104,7 @@ class Settings:
     plots: bool
     shrink: int = 1
     threads: int | None = None
+    cuda_graph: bool = True
 
 
 def _int_list(v, key: str) -> tuple[int, ...]:
@@ -129,6 +134,7 @@ def model_shape(model: ModelProfile, shrink: int, ffn: int | None, vocab: int, e
             + model.num_heads * model.head_dim * model.hidden
         ffn = round(((model.params_total - 2 * vocab * model.hidden) / model.layers - attn) / (3 * model.hidden))
         check(ffn >= 1, "profile.ffn", f"deriving it from params_total with vocab {vocab} gives {ffn}; set profile.ffn")
+        ffn = max(ALIGN, round(ffn / ALIGN) * ALIGN)
     return Shape(hidden, heads, kv, model.head_dim, max(1, ffn // shrink), 0, 0, 0, 0, elem)
 
 
@@ -193,6 +199,7 @@ def settings(cfg: DictConfig) -> Settings:
     elem = 4 if dtype == "float32" else 2
     shape = model_shape(model, shrink, ffn, vocab, elem)
     check_bool(p.get("plots", True), "profile.plots")
+    check_bool(p.get("cuda_graph", True), "profile.cuda_graph")
     s = Settings(hw=hw, model=model, shape=shape, device=device, dtype=dtype,
                  layers=_int(p, "layers", 1, model.layers),
                  prefill_tokens=_int_list(p.get("prefill_tokens"), "profile.prefill_tokens"),
@@ -200,7 +207,8 @@ def settings(cfg: DictConfig) -> Settings:
                  decode_ctx=_int_list(p.get("decode_ctx"), "profile.decode_ctx"),
                  warmup=_int(p, "warmup", 0), repeats=_int(p, "repeats", 1), seed=_int(p, "seed", 0),
                  check_requests=_int(p, "check_requests", 0), plots=p.get("plots", True), shrink=shrink,
-                 threads=None if p.get("threads") is None else _int(p, "threads", 1))
+                 threads=None if p.get("threads") is None else _int(p, "threads", 1),
+                 cuda_graph=p.get("cuda_graph", True))
     limit = check_float(p.get("memory_limit_gb", 16.0), "profile.memory_limit_gb", 0.0, lo_open=True)
     need = footprint_bytes(s) / 1e9
     check(need <= limit, "profile.memory_limit_gb",
@@ -210,6 +218,22 @@ def settings(cfg: DictConfig) -> Settings:
 
 
 # --------------------------------------------------------------------------- the workload
+def grouped_layout(torch, a, weights, offs):
+    """`weights` ([E, K, N] each) in a memory layout that torch._grouped_mm accepts here (row-major, else
+    K-major as CUDA kernels may want), or None where it runs in neither."""
+    def k_major(w):
+        return w.transpose(-2, -1).contiguous().transpose(-2, -1)
+
+    for convert in (lambda w: w, k_major):
+        ws = [convert(w) for w in weights]
+        try:
+            torch._grouped_mm(a[:, :ws[0].shape[-2]].contiguous(), ws[0], offs=offs)
+            return ws
+        except (RuntimeError, NotImplementedError):
+            continue
+    return None
+
+
 class Layers:
     """`n` decoder layers of `shape` with random weights: RMSNorm, fused QKV, SDPA, output projection,
     RMSNorm, SwiGLU MLP or top-k MoE (+ shared experts), residuals."""
@@ -241,6 +265,7 @@ class Layers:
             self.layers.append(lay)
         self.k_cache: list = []
         self.v_cache: list = []
+        self.probe_grouped()
 
     def alloc_kv(self, batch: int, ctx: int) -> None:
         torch, sh = self.torch, self.shape
@@ -258,25 +283,58 @@ class Layers:
         return (F.silu(a) * b) @ down
 
     def _moe(self, x, lay):
+        """Top-k routing, then each expert's SwiGLU over its rows: one grouped GEMM per projection
+        (`torch._grouped_mm`, no host sync, so a CUDA graph can hold it) where torch has it for this device and
+        dtype, else one GEMM per expert (`moe_kernel` in fit.json says which ran)."""
         torch, sh = self.torch, self.shape
         flat = x.reshape(-1, sh.hidden)
         probs = torch.softmax((flat @ lay["router"]).float(), dim=-1)
         weight, idx = probs.topk(sh.top_k, dim=-1)
         weight = (weight / weight.sum(-1, keepdim=True)).to(x.dtype).flatten()
         order = idx.flatten().argsort()
-        counts = torch.bincount(idx.flatten(), minlength=sh.experts).tolist()
         rows = order // sh.top_k
         xs = flat[rows]
-        outs, start = [], 0
-        for e, c in enumerate(counts):
-            if c:
-                outs.append(self._mlp(xs[start:start + c], lay["e_up"][e], lay["e_down"][e]))
-                start += c
-        y = torch.cat(outs) * weight[order, None]
+        flat_idx = idx.flatten()  # rows per expert without bincount, whose output size syncs with the host
+        counts = torch.zeros(sh.experts, dtype=torch.int64, device=flat.device).scatter_add_(
+            0, flat_idx, torch.ones_like(flat_idx))
+        if self.grouped:
+            offs = counts.cumsum(0).to(torch.int32)
+            a, b = torch._grouped_mm(xs, lay["e_up"], offs=offs).chunk(2, dim=-1)
+            y = torch._grouped_mm(self.torch.nn.functional.silu(a) * b, lay["e_down"], offs=offs)
+        else:
+            outs, start = [], 0
+            for e, c in enumerate(counts.tolist()):
+                if c:
+                    outs.append(self._mlp(xs[start:start + c], lay["e_up"][e], lay["e_down"][e]))
+                    start += c
+            y = torch.cat(outs)
+        y = y * weight[order, None]
         out = torch.zeros_like(flat).index_add_(0, rows, y)
         if sh.shared_ffn:
             out = out + self._mlp(flat, lay["up"], lay["down"])
         return out.reshape(x.shape)
+
+    def probe_grouped(self) -> None:
+        """Use the grouped GEMM if torch runs it here (in either weight layout) and it agrees with the loop."""
+        torch, sh = self.torch, self.shape
+        self.grouped = False
+        if not sh.experts or not hasattr(torch, "_grouped_mm") or not self.layers:
+            return
+        x = torch.randn(1, 64, sh.hidden, device=self.device, dtype=self.dtype)
+        with torch.inference_mode():
+            ref = self._moe(x, self.layers[0])
+            probe = x.reshape(-1, sh.hidden)[:, None, :].expand(-1, 2, -1).reshape(-1, sh.hidden)
+            offs = torch.full((sh.experts,), 128, device=self.device, dtype=torch.int32)
+            offs[0] = 64  # two groups of 64 rows, the other experts empty
+            for lay in self.layers:
+                ws = grouped_layout(torch, probe, [lay["e_up"], lay["e_down"]], offs)
+                if ws is None:
+                    return
+                lay["e_up"], lay["e_down"] = ws
+            self.grouped = True
+            got = self._moe(x, self.layers[0])
+        scale = float(ref.abs().max()) or 1.0
+        self.grouped = float((got - ref).abs().max()) <= 0.05 * scale
 
     def forward(self, x, decode: bool) -> None:
         """x: [B, T, hidden]; prefill: one prompt (B = 1) with causal attention; decode: T = 1 over the KV cache."""
@@ -298,19 +356,41 @@ class Layers:
         return x
 
 
-def _time(layers: Layers, x, decode: bool, warmup: int, repeats: int) -> float:
-    torch = layers.torch
-    sync = torch.cuda.synchronize if layers.device == "cuda" else (lambda: None)
+def time_call(torch, fn, device: str, warmup: int, repeats: int, graph: bool = False) -> float:
+    """Median seconds of fn() after `warmup` calls. On CUDA, timed with events; with `graph`, replayed from a
+    CUDA graph (kernel time without host launch gaps), as serving engines run decode steps and as
+    data/calibration's H100 decode rows were measured. On a CPU, wall time."""
+    cuda = device == "cuda"
     with torch.inference_mode():
         for _ in range(warmup):
-            layers.forward(x, decode)
-        sync()
+            fn()
+        run = fn
+        if cuda and graph:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            run = g.replay
+            run()
+        if cuda:
+            torch.cuda.synchronize()
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            layers.forward(x, decode)
-            sync()
-            times.append(time.perf_counter() - t0)
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
@@ -323,26 +403,30 @@ def measure(s: Settings, progress=print) -> pd.DataFrame:
         torch.set_num_threads(s.threads)
     layers = Layers(s.shape, s.layers, s.device, s.dtype, s.seed)
     scale = s.model.layers / s.layers
+    graph = s.cuda_graph and s.device == "cuda" and (layers.grouped or not s.shape.experts)  # a loop syncs
     rows = []
 
     def x(b, t):
         return torch.randn(b, t, s.shape.hidden, device=s.device, dtype=layers.dtype)
 
     for n in s.prefill_tokens:
-        t = _time(layers, x(1, n), False, s.warmup, s.repeats)
-        rows.append({"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": 0, "timed_s": t})
+        t = time_call(torch, functools.partial(layers.forward, x(1, n), False), s.device, s.warmup, s.repeats)
+        rows.append({"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": 0, "timed_s": t, "cuda_graph": False})
         progress(f"prefill {n:>6} tokens: {t * scale * 1e3:9.3f} ms")
     for c in s.decode_ctx:
         for b in s.decode_batch:
             layers.alloc_kv(b, c)
-            t = _time(layers, x(b, 1), True, s.warmup, s.repeats)
-            rows.append({"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c, "timed_s": t})
+            step = functools.partial(layers.forward, x(b, 1), True)
+            t = time_call(torch, step, s.device, s.warmup, s.repeats, graph)
+            rows.append({"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c, "timed_s": t,
+                         "cuda_graph": graph})
             progress(f"decode  {b:>4} x {c:>6} ctx: {t * scale * 1e3:9.3f} ms")
         layers.k_cache = layers.v_cache = []
     df = pd.DataFrame(rows)
     df["tokens"] = df.batch * df.tokens_per_req
     df["kv"] = df.batch * df.ctx
     df["time_s"] = df.timed_s * scale
+    df["moe_kernel"] = ("grouped" if layers.grouped else "loop") if s.shape.experts else "none"
     return df
 
 
@@ -513,6 +597,8 @@ def main(cfg: DictConfig) -> dict:
         "device": s.device, "device_name": torch.cuda.get_device_name() if s.device == "cuda" else platform.processor()
         or platform.machine(), "dtype": s.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "timed_layers": s.layers, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
+        "decode_cuda_graph": bool(df.cuda_graph[df.phase == "decode"].all()),
+        "moe_kernel": str(df.moe_kernel.iloc[0]),
     }
     with atomic_path(out / "fit.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2) + "\n")

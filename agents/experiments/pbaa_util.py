@@ -19,11 +19,13 @@ hardware's achievable FLOP fraction (`hardware.mfu`) lowered, so that a full-chu
 share of the TTFT target. The paper's gain needs immediate dispatch to miss the target while its passes
 are still far from full; when a full pass is short against the target, immediate dispatch keeps the
 target up to near saturation, where its passes are full too (the reason, not a tuning: the headline
-stays at the hardware's committed mfu).
+stays at the hardware's committed mfu). `pass_time_measured` adds the point at the mfu that real kernels
+reach on this very pass: one device's share of a full-chunk pass timed on a Hopper GPU
+(calibration.implied_mfu; data/calibration/h200_ds_v3_prefill_slice.csv).
 
 Summary: chunk_util_off, chunk_util_on, qps_gain (max QPS on / immediate - 1) for the first scenario
 (+ by_chunk: every variant per scenario, with utilisation of all at immediate's max QPS; pass_time: per mfu,
-full_pass_s, full_pass_over_target and the headline three).
+its source (hardware profile, assumed, measured), full_pass_s, full_pass_over_target and the headline three).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.hardware import load_hardware
 from tqdm import tqdm
 
+from .calibration import implied_mfu
 from .harness import Experiment, experiment, rising
 from .measure import bracketed, full_pass_s, peak_rate, prefill_capacity, run_point
 
@@ -108,12 +111,16 @@ def run(exp: Experiment) -> dict:
             "chunk_util_same_rate": {v: get(scen, v, "chunk_util_mean", same) for v in variants},
         }
     s0 = p.scenarios[0]
-    pass_time = [{"mfu": load_hardware(exp.scenario(s0).hardware).mfu, "full_pass_s": full_pass_s(exp.scenario(s0)),
+    pass_time = [{"mfu": load_hardware(exp.scenario(s0).hardware).mfu, "source": "hardware profile",
+                  "full_pass_s": full_pass_s(exp.scenario(s0)),
                   "chunk_util_off": get(s0, "off", "chunk_util_mean"), "chunk_util_on": get(s0, "on", "chunk_util_mean"),
                   "qps_gain": get(s0, "on", "max_qps") / get(s0, "off", "max_qps") - 1}]
-    for mfu in tqdm(list(p.get("pass_time_mfu") or []), desc="pbaa_util pass time"):
+    mfus = [(float(m), "assumed") for m in p.get("pass_time_mfu") or []]
+    if p.get("pass_time_measured"):
+        mfus.append((implied_mfu(exp.scenario(s0)), "measured"))
+    for mfu, source in tqdm(sorted(mfus, reverse=True), desc="pbaa_util pass time"):
         sim_cfg = exp.scenario(s0, (f"hardware.mfu={mfu}",))
-        point = {"mfu": float(mfu), "full_pass_s": full_pass_s(sim_cfg)}
+        point = {"mfu": mfu, "source": source, "full_pass_s": full_pass_s(sim_cfg)}
         qps = {}
         for label in ("off", "on"):
             qps[label] = max_qps(exp, f"mfu {mfu} {label}", sim_cfg, variants[label], targets[s0], 1.0)
