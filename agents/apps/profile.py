@@ -8,8 +8,10 @@ heads, head width; SwiGLU MLP, or a top-k routed MoE with its experts and shared
 weights run on the local torch device (CUDA when available, synchronised; else CPU): prefill of one
 prompt of N tokens (causal `scaled_dot_product_attention`) and decode steps of B requests over C cached
 tokens each (GQA attention over a dense KV cache). `profile.layers` layers are timed (warm-up, then the
-median of `repeats`) and scaled by model.layers / layers; embeddings, LM head, sampling and the engine's
-scheduler are left out (their fixed cost lands in the fitted pass_overhead_s only as far as it scales).
+median of `repeats`; on CUDA with events, decode replayed from a CUDA graph as engines run it) and scaled by
+model.layers / layers; embeddings, LM head, sampling and the engine's scheduler are left out (their fixed
+cost lands in the fitted pass_overhead_s only as far as it scales). MoE experts run as one grouped GEMM per
+projection where torch has one (no host sync). Measured with it on an H200: data/calibration/SOURCES.md.
 
 Writes to DIR (each file atomically; fit.json last, so a run without it is incomplete):
   table.csv           cost.kind=table input (phase, tokens, kv, time_s), checked by a short simulate();
