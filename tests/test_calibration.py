@@ -172,7 +172,7 @@ def test_ds_v3_slice_grows_with_tokens_as_the_roofline_does():
 
 def test_implied_mfu_makes_the_roofline_meet_the_measured_pass():
     """calibration.implied_mfu: the mfu at which the roofline's compute of the SBS prefill instance's full-chunk
-    pass equals the measured one (pbaa_util's `measured` pass-time point): about 0.24 of the FP8 peak."""
+    pass equals the measured one (pbaa_util's `measured` pass-time point): about 0.25."""
     sim = load_scenario("ds_v3_h800_3p1d", []).sim
     mfu = calibration.implied_mfu(sim)
     inst = sim.cluster.prefill

@@ -84,7 +84,7 @@ class RooflineCost(CostModel):
     the cached latent, absorbed). Bytes: non-routed weights / tp (if the unit has work),
     routed experts actually touched on the device, KV read / written (a prefill piece
     re-reads its context once per Q_TILE query rows), activations. Weights run at FP8
-    FLOP/s when the model is served in FP8 and the device has FP8.
+    FLOP/s when the model is served in FP8 and the device has FP8; attention products always at BF16.
 
     Expert parallelism (ep > tp): routed experts are spread over the whole EP group, so
     each device's expert work follows the instance's mean tokens per unit (balanced
@@ -118,7 +118,11 @@ class RooflineCost(CostModel):
         expert_flops = 2.0 * model.expert_params * model.moe_layers * k  # per token
         self._shared = moe and ep > tp
         self._moe_local = moe and not self._shared
-        attn = 4.0 * model.layers * model.num_heads / tp / f
+        # Attention products (QK^T, PV) run in BF16 even when the weights are FP8: FlashAttention / FlashMLA,
+        # the kernels FP8 engines use, keep attention in BF16 (FlashMLA: 580 TFLOP/s compute-bound on an H800,
+        # 0.59 of the BF16 peak). Measured 2026-11-26 on an H200 (data/calibration/h200_ds_v3_prefill_slice.csv):
+        # the attention of a DS-V3 prefill layer takes the same time with FP8 and with BF16 projections.
+        attn = 4.0 * model.layers * model.num_heads / tp / (hw.flops_bf16 * hw.mfu)
         shard = max(ep, tp)
 
         # Per-unit coefficients as length-dp vectors: array * array is the cheapest NumPy op.
