@@ -22,7 +22,7 @@ import pytest
 from pdgym.agents.experiments import calibration
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim.config import ConfigError, CostConfig, InstanceConfig
-from pdgym.envs.sim.cost import build_cost_model
+from pdgym.envs.sim.cost import RooflineCost, build_cost_model
 from pdgym.envs.sim.hardware import load_hardware
 from pdgym.envs.sim.models import load_model
 
@@ -198,3 +198,21 @@ def test_the_slice_script_runs_a_shrunk_shape_on_a_cpu(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "--tokens", "abc", "--out", str(tmp_path / "x")],
                          check=False, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--tokens" in bad.stderr and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("ep", [8, 16])
+def test_the_roofline_kv_read_is_the_measured_one_in_a_decode_tier_step(ep):
+    """One device's share of the BalanceRoute tier's step (Qwen3-30B-A3B, EP = N), measured on an H200: the cost of
+    a cached token (the slope of step time in context at batch 64) is the roofline's within 25%; the rest of the
+    step is far above the roofline's (kernel latency floor of 48 small layers), so a real step is less KV-bound."""
+    df = calibration.load(f"h200_qwen3_30b_a3b_ep{ep}_profile.csv")
+    g = df[(df.phase == "decode") & (df.batch == 64)].set_index("ctx").time_s
+    measured = (g[4096] - g[256]) / (64 * 3840)
+    cost = RooflineCost(dataclasses.replace(load_hardware("h200"), scaleup_bw=1e30, scaleout_bw=1e30,
+                                            pass_overhead_s=0.0), load_model("qwen3_30b_a3b"),
+                        InstanceConfig(count=1, dp=ep, tp=1, ep=ep))
+    v, z = np.full(ep, 64.0), np.zeros(ep)
+    modelled = (cost.pass_time(z, z, v, v * 4096) - cost.pass_time(z, z, v, v * 256)) / (64 * 3840)
+    assert 0.75 < measured / modelled < 1.25, (measured, modelled)
+    rest_measured = g[256] - measured * 64 * 256
+    assert rest_measured > 2 * cost.pass_time(z, z, v, z)

@@ -131,12 +131,17 @@ def test_timed_model_counts_what_the_workload_builds():
     assert tm.kv_bytes_per_token == m.kv_bytes_per_token and tm.layers == 36
     moe = profile.model_shape(load_model("qwen3_30b_a3b"), 1, None, 0, 2)
     assert (moe.experts, moe.top_k, moe.expert_ffn) == (128, 8, 768)
+    share = profile.model_shape(load_model("qwen3_30b_a3b"), 1, None, 0, 2, ep=8)  # one device of EP 8
+    assert (share.experts, share.top_k) == (16, 8)
 
 
 @pytest.mark.parametrize("args,key", [
     (["profile.device=tpu"], "profile.device"),
     (["profile.decode_batch=[0,4]"], "profile.decode_batch"),
     (["profile.layers=99"], "profile.layers"),
+    (["profile.ep=2"], "profile.ep"),
+    (["model=qwen3_30b_a3b", "profile.ep=3"], "profile.ep"),
+    (["model=qwen3_30b_a3b", "profile.ep=32"], "profile.ep"),
     (["profile.bogus=1"], "profile.bogus"),
     (["profile.memory_limit_gb=0.001"], "profile.memory_limit_gb"),
     (["hardware=tpu_v9"], "hardware"),

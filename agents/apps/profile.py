@@ -50,7 +50,7 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 FIT_KEYS = ("mfu", "mbu", "pass_overhead_s")
 PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_tokens", "decode_batch", "decode_ctx",
-                "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots", "cuda_graph")
+                "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots", "cuda_graph", "ep")
 CHECK_KV_TOKENS = 1_000_000  # KV capacity of the check run's instances
 HUGE = 1e30  # a peak so high that its roofline term vanishes: isolates the other one
 # A derived MLP width is rounded to this multiple, as real models' widths are (Qwen3-8B 12288, Llama-3.1-8B 14336):
@@ -107,6 +107,7 @@ class Settings:
     shrink: int = 1
     threads: int | None = None
     cuda_graph: bool = True
+    ep: int = 1
 
 
 def _int_list(v, key: str) -> tuple[int, ...]:
@@ -119,17 +120,23 @@ def _int(p: dict, k: str, lo: int, hi: float = math.inf) -> int:
     return check_int(p.get(k), f"profile.{k}", lo, hi=hi)
 
 
-def model_shape(model: ModelProfile, shrink: int, ffn: int | None, vocab: int, elem: int) -> Shape:
+def model_shape(model: ModelProfile, shrink: int, ffn: int | None, vocab: int, elem: int, ep: int = 1) -> Shape:
     """A decoder layer of `model`: widths divided by `shrink` (heads too; head width kept). An MoE model is
     timed on its MoE layers (routed experts + shared experts); a dense one derives its MLP width from
-    params_total unless `ffn` is given."""
+    params_total unless `ffn` is given. With expert parallelism `ep`, one device's share: its experts / ep
+    experts, which under balanced routing receive as many rows (tokens x top-k) as the device has tokens, the
+    same as each token picking top-k of the local experts."""
     heads = max(1, model.num_heads // shrink)
     kv = max(1, min(heads, model.num_kv_heads // shrink))
     kv = math.gcd(heads, kv)  # query heads share KV heads evenly (GQA)
     hidden = max(1, model.hidden // shrink)
+    check(ep == 1 or (model.num_experts > 0 and model.num_experts % ep == 0
+                      and model.num_experts // ep >= model.experts_per_token),
+          "profile.ep", f"got {ep}; must divide the {model.num_experts} routed experts and leave at least top-k "
+          f"({model.experts_per_token}) on a device" if model.num_experts else f"got {ep}; {model.name} has no experts")
     if model.num_experts > 0:
         eff = max(1, round(model.expert_params / (3 * model.hidden)) // shrink)
-        return Shape(hidden, heads, kv, model.head_dim, 0, model.num_experts, model.experts_per_token, eff,
+        return Shape(hidden, heads, kv, model.head_dim, 0, model.num_experts // ep, model.experts_per_token, eff,
                      eff * model.shared_experts, elem)
     if ffn is None:
         attn = model.hidden * (model.num_heads + 2 * model.num_kv_heads) * model.head_dim \
@@ -199,7 +206,8 @@ def settings(cfg: DictConfig) -> Settings:
         ffn = _int(p, "ffn", 1)
     vocab = _int(p, "vocab", 0)
     elem = 4 if dtype == "float32" else 2
-    shape = model_shape(model, shrink, ffn, vocab, elem)
+    ep = _int(p, "ep", 1)
+    shape = model_shape(model, shrink, ffn, vocab, elem, ep)
     check_bool(p.get("plots", True), "profile.plots")
     check_bool(p.get("cuda_graph", True), "profile.cuda_graph")
     s = Settings(hw=hw, model=model, shape=shape, device=device, dtype=dtype,
@@ -210,7 +218,7 @@ def settings(cfg: DictConfig) -> Settings:
                  warmup=_int(p, "warmup", 0), repeats=_int(p, "repeats", 1), seed=_int(p, "seed", 0),
                  check_requests=_int(p, "check_requests", 0), plots=p.get("plots", True), shrink=shrink,
                  threads=None if p.get("threads") is None else _int(p, "threads", 1),
-                 cuda_graph=p.get("cuda_graph", True))
+                 cuda_graph=p.get("cuda_graph", True), ep=ep)
     limit = check_float(p.get("memory_limit_gb", 16.0), "profile.memory_limit_gb", 0.0, lo_open=True)
     need = footprint_bytes(s) / 1e9
     check(need <= limit, "profile.memory_limit_gb",
@@ -519,7 +527,7 @@ def hardware_yaml(hw: HardwareProfile, fit: dict, s: Settings) -> str:
     prof.update(name=f"{hw.name}_profiled", mfu=float(f"{fit['mfu']:.4g}"), mbu=float(f"{fit['mbu']:.4g}"),
                 pass_overhead_s=float(f"{fit['pass_overhead_s']:.4g}"),
                 source=f"{hw.source} | mfu, mbu, pass_overhead_s fitted by pdgym-profile ({s.model.name}, "
-                       f"{s.device} {s.dtype}, shrink {s.shrink})")
+                       f"{s.device} {s.dtype}, shrink {s.shrink}, ep {s.ep})")
     head = (f"# pdgym-profile fit for hardware {hw.name} (peaks as configured: flops_bf16 {hw.flops_bf16:.4g} FLOP/s, "
             f"hbm_bw {hw.hbm_bw:.4g} B/s).\n# Copy to conf/hardware/NAME.yaml, or merge mfu, mbu, pass_overhead_s.\n")
     out_of_range = [k for k in ("mfu", "mbu") if not 0 < prof[k] <= 1]
@@ -552,9 +560,16 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
         ax3.loglog(sub.time_s * 1e3, sub.fitted_s * 1e3, mk, label=ph)
     ax3.loglog([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
     ax3.set(xlabel="measured (ms)", ylabel="fitted (ms)", title="fitted vs measured")
+    from matplotlib.ticker import NullFormatter
+
     for ax in (ax1, ax2, ax3):
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
+        for axis in (ax.xaxis, ax.yaxis):  # a narrow log range labels its minor ticks, and they overlap
+            axis.set_minor_formatter(NullFormatter())
+    for ax, grid in ((ax1, pre.tokens), (ax2, dec.batch)):  # the grid's own values, as plain numbers
+        ticks = sorted(set(int(v) for v in grid))
+        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -598,7 +613,7 @@ def main(cfg: DictConfig) -> dict:
         "points": len(df), "check_run": check_run,
         "device": s.device, "device_name": torch.cuda.get_device_name() if s.device == "cuda" else platform.processor()
         or platform.machine(), "dtype": s.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "timed_layers": s.layers, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
+        "timed_layers": s.layers, "ep": s.ep, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
         "decode_cuda_graph": bool(df.cuda_graph[df.phase == "decode"].all()),
         "moe_kernel": str(df.moe_kernel.iloc[0]),
     }

@@ -70,3 +70,68 @@ def implied_mfu(sim_cfg, precision: str = "fp8") -> float:
         else:
             hi = mid
     return hi
+
+
+def slice_figure(path) -> None:
+    """The DS-V3 prefill slice: measured pass against the roofline's compute by tokens per DP unit, and one MoE
+    layer's components at the full chunk with the FLOP rate each reached."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = load(DS_V3_SLICE)
+    full = df[df.component == "pass"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, (prec, g) in enumerate(full.groupby("precision")):
+        ax1.plot(g.tokens_per_unit, g.time_s * 1e3, "o-", color=f"C{i}", label=f"measured, {prec} GEMMs")
+    roof = full.groupby("tokens_per_unit").roofline_s.first()
+    ax1.plot(roof.index, roof.values * 1e3, "k--", label="roofline compute (h800, mfu 0.6)")
+    ax1.set(xlabel="prompt tokens per DP unit (8 units, TP 2, EP 16)", ylabel="one device's compute per pass (ms)",
+            title="DeepSeek-V3 prefill pass, 61 layers (H200, CUDA graph)")
+    ax1.set_xticks(sorted(full.tokens_per_unit.unique()))
+    comps = ["attention", "shared", "routed", "dense"]
+    top = df[df.tokens_per_unit == df.tokens_per_unit.max()]
+    width = 0.38
+    for i, (prec, g) in enumerate(top.groupby("precision")):
+        g = g.set_index("component").loc[comps]
+        x = np.arange(len(comps)) + (i - 0.5) * width
+        ax2.bar(x, g.time_s * 1e3, width, color=f"C{i}", label=f"{prec} GEMMs")
+        for xi, t, f in zip(x, g.time_s, g.flops):
+            ax2.annotate(f"{f / t / 1e12:.0f}", (xi, t * 1e3), ha="center", va="bottom", fontsize=7)
+    ax2.set_xticks(np.arange(len(comps)), ["attention\n(MLA, TP 2)", "shared expert", "16 routed\nexperts",
+                                           "dense FFN\n(layers 1-3 only)"])
+    ax2.set(ylabel="ms per layer", title=f"a layer's parts at {int(top.tokens_per_unit.max())} tokens per unit "
+                                         "(labels: TFLOP/s reached)")
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figures(out) -> list:
+    """Every shipped H200 measurement as a figure in `out` (docs/calibration/): the slice, and each pdgym-profile
+    file with its roofline fit (agents/apps/profile.py's own plot)."""
+    from pathlib import Path
+
+    from pdgym.agents.apps.profile import plot
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    slice_figure(out / "h200_ds_v3_prefill_slice.png")
+    written = [out / "h200_ds_v3_prefill_slice.png"]
+    for name, title in (("h200_qwen3_8b_profile", "Qwen3-8B"), ("h200_qwen3_30b_a3b_profile", "Qwen3-30B-A3B"),
+                        ("h200_qwen3_30b_a3b_ep8_profile", "Qwen3-30B-A3B, one device of EP 8")):
+        df = load(f"{name}.csv")
+        plot(df, out / f"{name}.png", f"{title} on an H200 (pdgym-profile; points measured, lines its roofline fit)")
+        written.append(out / f"{name}.png")
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for p in figures(sys.argv[1] if len(sys.argv) > 1 else "docs/calibration"):
+        print(p)
