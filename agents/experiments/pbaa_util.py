@@ -123,7 +123,7 @@ def run(exp: Experiment) -> dict:
         point = {"mfu": mfu, "source": source, "full_pass_s": full_pass_s(sim_cfg)}
         qps = {}
         for label in ("off", "on"):
-            qps[label] = max_qps(exp, f"mfu {mfu} {label}", sim_cfg, variants[label], targets[s0], 1.0)
+            qps[label] = max_qps(exp, f"mfu {mfu:.3g} {label}", sim_cfg, variants[label], targets[s0], 1.0)
             point[f"chunk_util_{label}"] = run_point(sim_cfg, variants[label], qps[label], int(p.num_requests),
                                                      seeds)["chunk_util_mean"]
         point["qps_gain"] = qps["on"] / qps["off"] - 1 if qps["off"] > 0 else float("nan")
@@ -136,7 +136,9 @@ def run(exp: Experiment) -> dict:
                         "utilisation on (SBS + PBAA)": [pt["chunk_util_on"] for pt in pass_time],
                         "max QPS gain": [pt["qps_gain"] for pt in pass_time]},
                     f"full-chunk pass time / TTFT target ({targets[s0]} s)", "at max QPS",
-                    exp.figure("pass_time_sensitivity.png"))
+                    exp.figure("pass_time_sensitivity.png"),
+                    marks={f"{pt['source']}, mfu {pt['mfu']:.2f}": pt["full_pass_over_target"] for pt in pass_time
+                           if pt["source"] != "assumed"})
     return {"chunk_util_off": get(s0, "off", "chunk_util_mean"), "chunk_util_on": get(s0, "on", "chunk_util_mean"),
             "qps_gain": get(s0, "on", "max_qps") / get(s0, "off", "max_qps") - 1, "off": "immediate dispatch",
             "by_chunk": by_chunk, "pass_time": pass_time}
