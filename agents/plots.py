@@ -54,9 +54,11 @@ def lines(x: list, series: dict[str, list], xlabel: str, ylabel: str, path: Path
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, (label, y) in enumerate(series.items()):  # past the 10 colours of the cycle, a new line style
         ax.plot(x, y, marker="os^"[i // 10 % 3], ls=("-", "--", ":")[i // 10 % 3], label=label)
-    for label, xv in (marks or {}).items():
+    lo, hi = ax.get_xlim()
+    for label, xv in (marks or {}).items():  # the label inside the axes: right of a mark on the left half, else left
         ax.axvline(xv, ls="--", color="k", lw=0.8)
-        ax.annotate(label, (xv, ax.get_ylim()[1]), fontsize=8, ha="left", va="top")
+        left = xv < (lo + hi) / 2
+        ax.annotate(f" {label} ", (xv, ax.get_ylim()[1]), fontsize=8, ha="left" if left else "right", va="top")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

@@ -91,6 +91,10 @@ REPRO = [
     (["pbaa_util", "repro.rate_lo=200", "repro.rate_hi=50"], "must be below it"),
     (["sbs_ttft", "repro.long_rate_lo=9"], "repro.long_rate_lo"), (["br_imbalance", "repro.load=0"], "(0, inf)"),
     (["sbs_faults", "repro.drop=1.5"], "[0, 1)"),
+    # pdgym-repro is no Hydra run: hydra.run.dir is its folder, any other hydra.* key was ignored silently;
+    # the measured pass-time point needs a measured pass (it failed after every bisection had run)
+    (["sbs_faults", "hydra.job.chdir=true"], "hydra.job.chdir"), (["sbs_faults", "hydra.run.dir="], "hydra.run.dir"),
+    (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d_chunk5k]"], "repro.pass_time_measured"),
     # found by the runner, after its folder exists: the folder goes again
     (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d,ds_v3_h800_3p1d_long]"], "repro.ttft_target_s"),
     # a new key inside a mapping: the hint adds that key alone, with its own value

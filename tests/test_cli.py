@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,16 @@ def test_repro_md1_check(tmp_path):
     s = json.loads((tmp_path / "runs/repro/md1_check/summary.json").read_text())
     assert s["wait_sim"] == pytest.approx(s["wait_theory"], rel=0.1)
     assert (tmp_path / "runs/repro/md1_check/md1_wait.png").exists()
+
+
+def test_repro_writes_to_hydra_run_dir(tmp_path):
+    """hydra.run.dir=DIR is the run folder, as for the other apps (it was ignored: the run went to runs/repro)."""
+    out = tmp_path / "mine" / "md1"
+    p = run("pdgym-repro", "md1_check", "repro.num_requests=2000", "repro.rhos=[0.5]", "repro.rho=0.5",
+            f"hydra.run.dir={out}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (out / "summary.json").exists() and (out / "md1_wait.png").exists()
+    assert not (tmp_path / "runs").exists() and sorted(os.listdir(out.parent)) == ["md1"]
 
 
 def test_repro_unknown_name_is_one_line(tmp_path):

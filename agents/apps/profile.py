@@ -565,9 +565,8 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
     for ax in (ax1, ax2, ax3):
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-        for axis in (ax.xaxis, ax.yaxis):  # a narrow log range labels its minor ticks, and they overlap
-            axis.set_minor_formatter(NullFormatter())
-    for ax, grid in ((ax1, pre.tokens), (ax2, dec.batch)):  # the grid's own values, as plain numbers
+    for ax, grid in ((ax1, pre.tokens), (ax2, dec.batch)):  # x ticks at the grid's own values, plain numbers
+        ax.xaxis.set_minor_formatter(NullFormatter())  # (a narrow log range labels minor ticks that overlap)
         ticks = sorted(set(int(v) for v in grid))
         ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
     fig.suptitle(title)
@@ -602,8 +601,9 @@ def main(cfg: DictConfig) -> dict:
         tmp.write_text(hardware_yaml(s.hw, fit, s))
     if s.plots:
         with atomic_path(out / "profile.png") as tmp:
-            plot(df, tmp, f"{s.model.name} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu {fit['mfu']:.3g}, "
-                          f"mbu {fit['mbu']:.3g}, overhead {fit['pass_overhead_s'] * 1e3:.3g} ms")
+            part = "".join(f", {k} {v}" for k, v in (("ep", s.ep), ("shrink", s.shrink)) if v != 1)
+            plot(df, tmp, f"{s.model.name}{part} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu "
+                          f"{fit['mfu']:.3g}, mbu {fit['mbu']:.3g}, overhead {fit['pass_overhead_s'] * 1e3:.3g} ms")
     rel = np.abs(fit["rel_err"])
     summary = {
         "hardware": s.hw.name, "model": s.model.name, "mfu": fit["mfu"], "mbu": fit["mbu"],

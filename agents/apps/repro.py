@@ -1,6 +1,7 @@
 """`pdgym-repro NAME [overrides]`: run a named reproduction (an experiment config in conf/repro/).
 
     pdgym-repro NAME [key=value ...]     run it; summary in runs/repro/NAME/summary.json
+    pdgym-repro NAME hydra.run.dir=DIR   the same, written to DIR
     pdgym-repro NAME --cfg job           print the composed config and exit
     pdgym-repro --help                   this text and the reproductions
 
@@ -32,7 +33,7 @@ from pdgym.agents.common import (
     to_container,
 )
 from pdgym.agents.experiments.harness import check_lists, check_scalars, check_within, repro_seeds
-from pdgym.envs.sim.config import check_seed
+from pdgym.envs.sim.config import ConfigError, check_seed
 from pdgym.envs.sim.metrics import write_json
 
 APP = "pdgym-repro"
@@ -64,13 +65,34 @@ def validate(cfg, defaults, runner) -> None:
     sim_config_from(cfg)
 
 
+def output_folder(name: str, overrides: list[str], out_root: Path) -> tuple[Path, list[str]]:
+    """The run folder (`hydra.run.dir=DIR`, as the other apps take it, else OUT_ROOT/NAME) and the overrides
+    without it. pdgym-repro composes its config without a Hydra run, so any other hydra.* key would be ignored
+    silently: it is refused."""
+    out = out_root / name
+    rest = []
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key == "hydra.run.dir":
+            if not value.strip():
+                raise ConfigError("hydra.run.dir: empty; give the folder for the run (default runs/repro/NAME)")
+            out = Path(value)
+        elif key.startswith("hydra.") or key == "hydra":
+            raise ConfigError(f"{key}: not used by pdgym-repro (no Hydra run); allowed: hydra.run.dir=DIR")
+        else:
+            rest.append(o)
+    return out, rest
+
+
 @one_line_errors(APP)
 def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) -> dict:
+    out, overrides = output_folder(name, overrides, out_root)
     cfg = load(name, overrides)
     mod_name, fn_name = cfg.repro.runner.split(":")
     runner = getattr(importlib.import_module(mod_name), fn_name)
     validate(cfg, load(name, []), runner)
-    out, partial = out_root / name, out_root / f"{name}.partial"
+    out_root = out.parent
+    partial = out_root / f"{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     created = [d for d in (out_root, *out_root.parents) if not d.exists()]  # deepest first
     partial.mkdir(parents=True)
@@ -85,7 +107,7 @@ def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) ->
                 d.rmdir()
         raise
     if out.exists():  # the previous run stays, under another name
-        previous = out_root / f"{name}.previous"
+        previous = out_root / f"{out.name}.previous"
         shutil.rmtree(previous, ignore_errors=True)
         out.rename(previous)
     partial.rename(out)

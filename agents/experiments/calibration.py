@@ -20,6 +20,7 @@ from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
 from pdgym.envs.sim.models import ModelProfile, load_model
 
 DS_V3_SLICE = "h200_ds_v3_prefill_slice.csv"  # data/calibration/ds_v3_prefill_slice.py on one H200
+DS_V3_SLICE_H100 = "h100_ds_v3_prefill_slice.csv"  # the same on one H100 (the H800's silicon)
 FREE = 1e30  # link bandwidth that makes the communication term vanish: one GPU measures compute only
 
 
@@ -45,9 +46,11 @@ def measured_pass_s(inst: InstanceConfig, tokens: int, precision: str = "fp8") -
     row = df[(df.component == "pass") & (df.precision == precision) & (df.tokens_per_unit == tokens)]
     layout = df[["dp", "tp", "ep"]].drop_duplicates()
     if row.empty or len(layout) != 1 or tuple(layout.iloc[0]) != (inst.dp, inst.tp, inst.ep):
-        raise ConfigError(f"{DS_V3_SLICE} holds DP/TP/EP {tuple(layout.iloc[0])} at tokens per unit "
-                          f"{sorted(df.tokens_per_unit.unique())} ({', '.join(sorted(df.precision.unique()))}); "
-                          f"asked for DP/TP/EP {(inst.dp, inst.tp, inst.ep)} at {tokens} ({precision})")
+        have = tuple(int(v) for v in layout.iloc[0])
+        raise ConfigError(f"{DS_V3_SLICE} holds DP/TP/EP {have} at tokens per unit "
+                          f"{sorted(int(t) for t in df.tokens_per_unit.unique())} "
+                          f"({', '.join(sorted(df.precision.unique()))}); asked for DP/TP/EP "
+                          f"{(inst.dp, inst.tp, inst.ep)} at {tokens} ({precision})")
     return float(row.time_s.iloc[0])
 
 
@@ -83,12 +86,14 @@ def slice_figure(path) -> None:
     df = load(DS_V3_SLICE)
     full = df[df.component == "pass"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for i, (prec, g) in enumerate(full.groupby("precision")):
-        ax1.plot(g.tokens_per_unit, g.time_s * 1e3, "o-", color=f"C{i}", label=f"measured, {prec} GEMMs")
+    for gpu, style, frame in (("H200", "o-", full), ("H100", "s:", load(DS_V3_SLICE_H100))):
+        frame = frame[frame.component == "pass"]
+        for i, (prec, g) in enumerate(frame.groupby("precision")):
+            ax1.plot(g.tokens_per_unit, g.time_s * 1e3, style, color=f"C{i}", label=f"{gpu}, {prec} GEMMs")
     roof = full.groupby("tokens_per_unit").roofline_s.first()
     ax1.plot(roof.index, roof.values * 1e3, "k--", label="roofline compute (h800, mfu 0.6)")
     ax1.set(xlabel="prompt tokens per DP unit (8 units, TP 2, EP 16)", ylabel="one device's compute per pass (ms)",
-            title="DeepSeek-V3 prefill pass, 61 layers (H200, CUDA graph)")
+            title="DeepSeek-V3 prefill pass, 61 layers (measured, CUDA graph)")
     ax1.set_xticks(sorted(full.tokens_per_unit.unique()))
     comps = ["attention", "shared", "routed", "dense"]
     top = df[df.tokens_per_unit == df.tokens_per_unit.max()]
@@ -101,7 +106,7 @@ def slice_figure(path) -> None:
             ax2.annotate(f"{f / t / 1e12:.0f}", (xi, t * 1e3), ha="center", va="bottom", fontsize=7)
     ax2.set_xticks(np.arange(len(comps)), ["attention\n(MLA, TP 2)", "shared expert", "16 routed\nexperts",
                                            "dense FFN\n(layers 1-3 only)"])
-    ax2.set(ylabel="ms per layer", title=f"a layer's parts at {int(top.tokens_per_unit.max())} tokens per unit "
+    ax2.set(ylabel="ms per layer (H200)", title=f"a layer's parts at {int(top.tokens_per_unit.max())} tokens per unit "
                                          "(labels: TFLOP/s reached)")
     for ax in (ax1, ax2):
         ax.legend(fontsize=8)
@@ -112,8 +117,8 @@ def slice_figure(path) -> None:
 
 
 def figures(out) -> list:
-    """Every shipped H200 measurement as a figure in `out` (docs/calibration/): the slice, and each pdgym-profile
-    file with its roofline fit (agents/apps/profile.py's own plot)."""
+    """Every shipped pdgym-profile and slice measurement as a figure in `out` (docs/calibration/): the slice (H200
+    and H100), and each pdgym-profile file with its roofline fit (agents/apps/profile.py's own plot)."""
     from pathlib import Path
 
     from pdgym.agents.apps.profile import plot
@@ -122,10 +127,13 @@ def figures(out) -> list:
     out.mkdir(parents=True, exist_ok=True)
     slice_figure(out / "h200_ds_v3_prefill_slice.png")
     written = [out / "h200_ds_v3_prefill_slice.png"]
-    for name, title in (("h200_qwen3_8b_profile", "Qwen3-8B"), ("h200_qwen3_30b_a3b_profile", "Qwen3-30B-A3B"),
-                        ("h200_qwen3_30b_a3b_ep8_profile", "Qwen3-30B-A3B, one device of EP 8")):
+    for name, title in (("h200_qwen3_8b_profile", "Qwen3-8B on an H200"),
+                        ("h200_qwen3_30b_a3b_profile", "Qwen3-30B-A3B on an H200"),
+                        ("h200_qwen3_30b_a3b_ep8_profile", "Qwen3-30B-A3B, one device of EP 8, on an H200"),
+                        ("h200_qwen3_30b_a3b_ep16_profile", "Qwen3-30B-A3B, one device of EP 16, on an H200"),
+                        ("h100_qwen3_8b_profile", "Qwen3-8B on an H100")):
         df = load(f"{name}.csv")
-        plot(df, out / f"{name}.png", f"{title} on an H200 (pdgym-profile; points measured, lines its roofline fit)")
+        plot(df, out / f"{name}.png", f"{title} (pdgym-profile; points measured, lines its roofline fit)")
         written.append(out / f"{name}.png")
     return written
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import pandas as pd
 from pdgym.agents import plots
+from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.hardware import load_hardware
 from tqdm import tqdm
@@ -55,7 +56,20 @@ def max_qps(exp: Experiment, point: str, sim_cfg, spec, target: float, rate_lo: 
     return min(qps, cap)
 
 
-@experiment(may_be_empty=("ablations", "pass_time_mfu"), check=rising(("rate_lo", "rate_hi")))
+def checks(p) -> None:
+    """Search bounds in order; and a measured pass for `pass_time_measured` (it failed only after every bisection
+    had run, with a scenario whose chunk was not measured)."""
+    rising(("rate_lo", "rate_hi"))(p)
+    if p.get("pass_time_measured"):
+        scen = str(p.scenarios[0])
+        try:
+            implied_mfu(load_scenario(scen, []).sim)
+        except ConfigError as e:
+            raise ConfigError(f"repro.pass_time_measured: the first scenario, {scen}, has no measured pass: {e}; "
+                              "set it false or measure one (data/calibration/SOURCES.md)") from None
+
+
+@experiment(may_be_empty=("ablations", "pass_time_mfu"), check=checks)
 def run(exp: Experiment) -> dict:
     p = exp.p
     seeds = exp.seeds

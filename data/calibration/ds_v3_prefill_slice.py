@@ -309,18 +309,30 @@ def main(argv=None) -> int:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    precisions = (a.precisions or ("fp8,bf16" if device == "cuda" else "float")).split(",")
-    bad = [p for p in precisions if p not in ("fp8", "bf16", "float")]
-    if bad or (device == "cpu" and "fp8" in precisions):
-        print(f"--precisions: got {bad or precisions}; allowed fp8, bf16 on CUDA, float on a CPU", file=sys.stderr)
-        return 2
+    allowed = ("fp8", "bf16") if device == "cuda" else ("float",)  # the activation dtype the device runs
+    precisions = (a.precisions or ",".join(allowed)).split(",")
     try:
         tokens = sorted({int(t) for t in a.tokens.split(",")})
     except ValueError:
-        print(f"--tokens: got {a.tokens!r}; allowed: comma-separated integers >= 16", file=sys.stderr)
-        return 2
-    if min(tokens) < 16 or a.shrink < 1:
-        print("--tokens must be >= 16 and --shrink >= 1", file=sys.stderr)
+        tokens = []
+    problems = [
+        (any(p not in allowed for p in precisions), "--precisions", f"got {a.precisions!r}; allowed on this "
+         f"{device}: {', '.join(allowed)} (fp8 and bf16 need CUDA; a CPU runs float32)"),
+        (not tokens or min(tokens) < 16, "--tokens", f"got {a.tokens!r}; allowed: comma-separated integers >= 16"),
+        (a.shrink < 1, "--shrink", f"got {a.shrink}; allowed: an integer >= 1"),
+        (a.warmup < 0, "--warmup", f"got {a.warmup}; allowed: an integer >= 0"),
+        (a.repeats < 1, "--repeats", f"got {a.repeats}; allowed: an integer >= 1"),
+    ]
+    for bad, key, msg in problems:
+        if bad:
+            print(f"ds_v3_prefill_slice: error: {key}: {msg}", file=sys.stderr)
+            return 2
+    try:  # the roofline column's hardware, before anything is timed
+        from pdgym.envs.sim.hardware import load_hardware
+
+        load_hardware(a.hardware)
+    except Exception as e:  # noqa: BLE001 (ConfigError and a missing profile alike: one line)
+        print(f"ds_v3_prefill_slice: error: --hardware: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     s = Slice().shrunk(a.shrink) if a.shrink > 1 else Slice()
     t0 = time.time()
