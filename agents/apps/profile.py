@@ -54,7 +54,7 @@ PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_
 CHECK_KV_TOKENS = 1_000_000  # KV capacity of the check run's instances
 HUGE = 1e30  # a peak so high that its roofline term vanishes: isolates the other one
 # A derived MLP width is rounded to this multiple, as real models' widths are (Qwen3-8B 12288, Llama-3.1-8B 14336):
-# params_total gives Qwen3-8B 12287, and that odd width sent cuBLAS to unaligned GEMMs, 2.6x slower on an H200.
+# params_total gives Qwen3-8B 12287, and that odd width sent cuBLAS to unaligned GEMMs, 2.5x slower on an H200.
 ALIGN = 128
 
 

@@ -4,7 +4,7 @@ the roofline.
 The roofline's achievable FLOP fraction (`hardware.mfu`) stands for the kernels an engine runs. A pass measured
 with real kernels says which fraction those kernels reach: `implied_mfu` is the mfu at which the roofline's
 compute for the same pass equals the measured time. Reproductions use it as a labelled sensitivity point
-(pbaa_util's `pass_time_mfu: [..., measured]`), never as the headline.
+(pbaa_util's `pass_time_measured`), never as the headline.
 """
 
 from __future__ import annotations
