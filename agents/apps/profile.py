@@ -560,15 +560,28 @@ def plot(df: pd.DataFrame, path: Path, title: str) -> None:
         ax3.loglog(sub.time_s * 1e3, sub.fitted_s * 1e3, mk, label=ph)
     ax3.loglog([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
     ax3.set(xlabel="measured (ms)", ylabel="fitted (ms)", title="fitted vs measured")
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    def plain_ticks(axis, values) -> None:
+        """Labels at `values` as plain numbers, none on minor ticks: matplotlib's log labels either crowd a narrow
+        range with overlapping minor labels or leave it with one label."""
+        axis.set_major_locator(FixedLocator(sorted(set(values))))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+    def spread(lo, hi):  # five values from lo to hi, two significant digits
+        return [float(f"{v:.2g}") for v in np.geomspace(lo, hi, 5)]
 
     for ax in (ax1, ax2, ax3):
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-    for ax, grid in ((ax1, pre.tokens), (ax2, dec.batch)):  # x ticks at the grid's own values, plain numbers
-        ax.xaxis.set_minor_formatter(NullFormatter())  # (a narrow log range labels minor ticks that overlap)
-        ticks = sorted(set(int(v) for v in grid))
-        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
+        ax.tick_params(labelsize=7)
+    plain_ticks(ax1.xaxis, [int(v) for v in pre.tokens])  # x: the grid's own values
+    plain_ticks(ax2.xaxis, [int(v) for v in dec.batch])
+    for axis, ax in ((ax1.yaxis, ax1), (ax2.yaxis, ax2), (ax3.xaxis, ax3), (ax3.yaxis, ax3)):
+        lim = ax.get_ylim() if axis is ax.yaxis else ax.get_xlim()
+        plain_ticks(axis, spread(*lim))
+        (ax.set_ylim if axis is ax.yaxis else ax.set_xlim)(lim)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
