@@ -25,6 +25,9 @@ DOWN7 = "faults.down=[{instance: 7, at: 0.1}]"
 
 # (app, argv, text the one line must contain)
 SIM = [
+    # an engine's own kernels (cluster.*.mfu / mbu / pass_overhead_s)
+    (["+cluster.prefill.mfu=1.5"], "cluster.prefill.mfu"), (["+cluster.decode.mbu=0"], "cluster.decode.mbu"),
+    (["+cluster.prefill.pass_overhead_s=-1"], "cluster.prefill.pass_overhead_s"),
     (["seed=-1"], "seed"), (["seed=abc"], "seed"), (["seed=1.5"], "seed"), (["seed=true"], "seed"),
     ([DOWN7], "faults.down[0].instance"),
     (["faults.down=[{instance: -1, at: 0.1}]"], "faults.down[0].instance"),

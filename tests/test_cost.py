@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from pdgym.envs.sim.config import ConfigError, CostConfig, InstanceConfig
 from pdgym.envs.sim.cost import (
     EB_H200_QWEN3_8B,
+    RooflineCost,
     build_cost_model,
     kv_capacity_tokens,
     kv_transfer_time,
@@ -296,3 +297,26 @@ def test_bad_params_name_the_key(kind, params, key):
     with pytest.raises(ConfigError) as e:
         build(kind, params)
     assert str(e.value).startswith(key) and "\n" not in str(e.value)
+
+
+def test_an_engine_sets_its_own_kernel_efficiency_and_pass_overhead():
+    """cluster.*.mfu / mbu / pass_overhead_s: the engine's kernels, for that instance alone. Each equals the same
+    value in the hardware profile for that instance; unset, the profile's stands; out of range, refused."""
+    hw, model = load_hardware("h800"), load_model("deepseek_v3")
+    inst = InstanceConfig(count=1, dp=8, tp=2, ep=16)
+    z, full = np.zeros(8), np.full(8, 3072.0)
+
+    def prefill(h, i):
+        return RooflineCost(h, model, i).pass_time(full, full * full / 2, z, z)
+
+    def decode(h, i):
+        return RooflineCost(h, model, i).pass_time(z, z, np.full(8, 64.0), np.full(8, 64.0 * 2000))
+
+    for key, value, step in (("mfu", 0.25, prefill), ("mbu", 0.4, decode), ("pass_overhead_s", 0.009, decode)):
+        own = step(hw, dataclasses.replace(inst, **{key: value}))
+        assert own == pytest.approx(step(dataclasses.replace(hw, **{key: value}), inst), rel=1e-12)
+        assert own > step(hw, inst)  # slower kernels or a larger floor: a longer pass
+    assert prefill(hw, dataclasses.replace(inst, mfu=None)) == prefill(hw, inst)
+    for bad in (dict(mfu=0.0), dict(mfu=1.5), dict(mbu=-0.1), dict(pass_overhead_s=-1.0), dict(mfu=True)):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            dataclasses.replace(inst, **bad).validate("cluster.prefill")

@@ -171,6 +171,14 @@ class InstanceConfig:
     # two separate attention kernels make a mixed batch cheaper per token than pure decode almost up to r = 1 on
     # an H100 (data/calibration/SOURCES.md), i.e. interference 0
     interference: float | None = None
+    # this engine's kernels (the roofline, cost.py): achievable fractions of the hardware's FLOP / bandwidth peaks
+    # and fixed seconds per pass; null: the hardware profile's assumed values. Engine properties as interference is:
+    # on an H200, torch's kernels reach mfu 0.25 on a DeepSeek-V3 prefill pass where the h800 profile assumes 0.6,
+    # and a Qwen3-30B-A3B decode step of 48 small layers carries an 8.9 ms floor where it assumes 2 ms
+    # (data/calibration/SOURCES.md)
+    mfu: float | None = None
+    mbu: float | None = None
+    pass_overhead_s: float | None = None
 
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
@@ -186,6 +194,13 @@ class InstanceConfig:
         check_choice(self.dp_dispatch, f"{key}.dp_dispatch", ("least_loaded", "round_robin"))
         if self.interference is not None:
             check_positive(self.interference, f"{key}.interference", allow_zero=True)
+        for name in ("mfu", "mbu"):
+            v = getattr(self, name)
+            if v is not None:
+                check(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1, f"{key}.{name}",
+                      f"got {v!r}; allowed (0, 1] (or null: the hardware profile's)")
+        if self.pass_overhead_s is not None:
+            check_positive(self.pass_overhead_s, f"{key}.pass_overhead_s", allow_zero=True)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import csv
+import dataclasses
 import math
 import numbers
 import os
@@ -32,6 +33,7 @@ from .validation import ConfigError, check, check_choice, check_params
 Q_TILE = 128  # query rows per attention tile: a prefill chunk re-reads its KV context once per tile
 ACT_BYTES = 8  # residual-stream traffic per token, layer and hidden element: 2 reads + 2 writes in BF16
 COMBINE_BYTES = 2  # EP combine travels in BF16; dispatch in the weight dtype (FP8 for FP8 models)
+ENGINE_KERNELS = ("mfu", "mbu", "pass_overhead_s")  # hardware fields an instance's engine may set (InstanceConfig)
 
 # Published EB calibration, H200 + Qwen3-8B (ALGORITHMS.md s5). a_mb and b_kv were not
 # published: with kind=linear they are fitted from the roofline of the configured hardware.
@@ -92,6 +94,9 @@ class RooflineCost(CostModel):
     comes from attention and the non-routed weights. With ep <= tp each unit holds
     every expert (sharded by tp) and its expert work follows its own tokens.
 
+    mfu, mbu and pass_overhead_s are the engine's kernels: the instance's (cluster.*.mfu, ...) where set, else
+    the hardware profile's.
+
     Mixed-batch interference: a unit that runs prefill and decode in one batch pays
     interference x its decode KV-read time on top (cluster.*.interference, the engine's; else
     hw.interference, the EB study's engine on that GPU) (the decode attention runs as a
@@ -107,6 +112,7 @@ class RooflineCost(CostModel):
 
     def __init__(self, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig):
         super().__init__(inst.dp)
+        hw = engine_hardware(hw, inst)
         tp, ep = inst.tp, inst.ep
         flops = hw.flops_fp8 if model.weight_bytes <= 1 and hw.flops_fp8 > 0 else hw.flops_bf16
         f = flops * hw.mfu
@@ -181,6 +187,12 @@ class RooflineCost(CostModel):
             unit += np.sign(prefill_tokens * decode_reqs) * decode_kv * self._interf
         comm = float(tok.max()) * self._comm if self._comm else 0.0
         return self._overhead + self._barrier(unit) + comm
+
+
+def engine_hardware(hw: HardwareProfile, inst: InstanceConfig) -> HardwareProfile:
+    """The hardware as this engine's kernels see it: the instance's mfu / mbu / pass_overhead_s where it sets them."""
+    own = {k: getattr(inst, k) for k in ENGINE_KERNELS if getattr(inst, k) is not None}
+    return dataclasses.replace(hw, **own) if own else hw
 
 
 def _kv_shards(model: ModelProfile, tp: int) -> int:
