@@ -301,12 +301,12 @@ class Layers:
         probs = torch.softmax((flat @ lay["router"]).float(), dim=-1)
         weight, idx = probs.topk(sh.top_k, dim=-1)
         weight = (weight / weight.sum(-1, keepdim=True)).to(x.dtype).flatten()
-        order = idx.flatten().argsort()
+        flat_idx = idx.flatten()
+        order = flat_idx.argsort()
         rows = order // sh.top_k
         xs = flat[rows]
-        flat_idx = idx.flatten()  # rows per expert without bincount, whose output size syncs with the host
         counts = torch.zeros(sh.experts, dtype=torch.int64, device=flat.device).scatter_add_(
-            0, flat_idx, torch.ones_like(flat_idx))
+            0, flat_idx, torch.ones_like(flat_idx))  # rows per expert: bincount's output size syncs with the host
         if self.grouped:
             offs = counts.cumsum(0).to(torch.int32)
             a, b = torch._grouped_mm(xs, lay["e_up"], offs=offs).chunk(2, dim=-1)

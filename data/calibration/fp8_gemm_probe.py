@@ -6,41 +6,17 @@ The prefill slice (ds_v3_prefill_slice.py) quantises activations inside the time
 a plain torch engine would; a production engine fuses that quantisation into the kernel before. This probe times
 the GEMMs alone on pre-quantised inputs: 16 experts x 768 rows, 7168 -> 4096 (one device's gate / up projection
 at the full 3K chunk, DP 8 / EP 16), per expert and grouped, per-tensor and row-wise scales, with and without
-fast accumulation; and one large dense GEMM as the ceiling. CUDA-graph replay, median of 20. Prints one line per
-variant (TFLOP/s); results: data/calibration/SOURCES.md.
+fast accumulation; and one large dense GEMM as the ceiling. CUDA-graph replay, median of 20 after 3 warm-ups
+(pdgym-profile's `time_call`, so pdgym must be importable). Prints one line per variant (TFLOP/s); results:
+data/calibration/SOURCES.md.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 EXPERTS, ROWS, K, N = 16, 768, 7168, 4096  # the routed experts' gate / up GEMM of one device at the full chunk
 DENSE = (8192, 7168, 18432)  # a large dense GEMM: the ceiling
-
-
-def graphed_seconds(torch, fn, repeats: int = 20) -> float:
-    """Median seconds of fn() replayed from a CUDA graph (kernel time, no host gaps)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
 
 
 def variants(torch):
@@ -83,6 +59,7 @@ def variants(torch):
 
 def main() -> int:
     import torch
+    from pdgym.agents.apps.profile import time_call
 
     if not torch.cuda.is_available():
         print("fp8_gemm_probe: error: needs a CUDA GPU with FP8 (Hopper or later)", file=sys.stderr)
@@ -91,7 +68,7 @@ def main() -> int:
     print(torch.cuda.get_device_name(), torch.__version__)
     for name, flops, fn in variants(torch):
         try:
-            print(f"{name}: {flops / graphed_seconds(torch, fn) / 1e12:.0f} TFLOP/s")
+            print(f"{name}: {flops / time_call(torch, fn, 'cuda', 3, 20, graph=True) / 1e12:.0f} TFLOP/s")
         except (RuntimeError, NotImplementedError) as e:  # a variant this torch / GPU lacks: said, not fatal
             print(f"{name}: not available ({str(e).splitlines()[0][:120]})")
     return 0

@@ -195,10 +195,8 @@ class InstanceConfig:
         if self.interference is not None:
             check_positive(self.interference, f"{key}.interference", allow_zero=True)
         for name in ("mfu", "mbu"):
-            v = getattr(self, name)
-            if v is not None:
-                check(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1, f"{key}.{name}",
-                      f"got {v!r}; allowed (0, 1] (or null: the hardware profile's)")
+            if getattr(self, name) is not None:
+                check_float(getattr(self, name), f"{key}.{name}", 0.0, 1.0, lo_open=True)
         if self.pass_overhead_s is not None:
             check_positive(self.pass_overhead_s, f"{key}.pass_overhead_s", allow_zero=True)
 
