@@ -17,8 +17,9 @@ The prefill side is sized per N too: `scale_prefill` grows its instances with N,
 run measures what one prefill instance feeds (prompt tokens per pass-second), so that prefill capacity is
 at least `feed_margin` x the arrival rate (summary `prefill_instances`). Capacity and prefill are found
 together (`measure.saturated`): where the prefill is grown, the burst runs again with it, until no instance
-is added, since a burst that cannot keep the slots full under-reads the capacity. A calibration burst with
-too few full steps, or a tier whose pool still empties, is flagged out of regime.
+is added (at most `calibration_rounds` bursts), since a burst that cannot keep the slots full under-reads the
+capacity. A calibration that did not reach its fixed point, a burst with too few full steps, or a tier whose
+pool still empties, is flagged out of regime.
 
 Two regimes (see the scenario files): the Azure conversation tier (mean prompt 1.2K) is KV-light, the KV
 read is about 30% of a decode step, so even a large cut in imbalance moves throughput by a few percent;
@@ -93,10 +94,12 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
         cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
-        cfg, calib = saturated(cfg, float(p.load), float(p.feed_margin), seeds[0])
+        cfg, calib = saturated(cfg, float(p.load), float(p.feed_margin), seeds[0], int(p.calibration_rounds))
         cap = calib.decode_rps
         exp.regime(f"{tag} N={n} calibration", "share of full decode steps in the capacity burst", calib.full_share,
                    lo=0.1, note="(a part-empty tier's capacity reads low)")
+        exp.regime(f"{tag} N={n} calibration", "prefill fixed point reached (1 = yes)", float(calib.converged), lo=1,
+                   note=f"(the prefill still grew at the last of {calib.bursts} bursts: repro.calibration_rounds)")
         for name, spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
             for seed in seeds:
@@ -210,7 +213,7 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
 def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
     """The grids behind the defaults, at N = sweep_n, each point against BR-0's default."""
     cfg = tier(base, n=int(p.sweep_n), scale_prefill=bool(p.scale_prefill))
-    cfg, _ = saturated(cfg, float(p.load), float(p.feed_margin), seed)
+    cfg, _ = saturated(cfg, float(p.load), float(p.feed_margin), seed, int(p.calibration_rounds))
     grid = []
     for order in ORDERS:
         for k in p.sweep_window:
@@ -235,6 +238,7 @@ def sweep(base, p, seed: int, tag: str) -> pd.DataFrame:
 @experiment(may_be_empty=("predictors", "hold_predictors", "oracle_gammas"),
             may_be_null={"heavy_tail_scenario": None, "paper_scenario": None},
             within={"window_start": "[0, 1)", "trace_at": "[0, 1)", "load": "(0, inf)", "feed_margin": "(0, inf)",
+                    "calibration_rounds": "[1, 100]",
                     "regime_max_empty_pool": "[0, 1]", "oracle_gammas": "(0, 1]"})
 def run(exp: Experiment) -> dict:
     p = exp.p

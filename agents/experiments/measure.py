@@ -231,6 +231,8 @@ class TierCapacity:
     decode_rps: float  # requests per second the decode tier sustains (least-KV router)
     prefill_rps: float  # requests per second one prefill instance feeds
     full_share: float  # share of the burst's measured decode steps with >= 90% of the slots busy
+    bursts: int = 1  # calibration bursts run (`saturated`)
+    converged: bool = True  # the last burst added no prefill instance (the fixed point was reached)
 
 
 def tier_capacity(sim_cfg, seed: int) -> TierCapacity:
@@ -269,18 +271,25 @@ def fed(sim_cfg, rate: float, prefill_rps: float, margin: float):
         cl, prefill=dataclasses.replace(cl.prefill, count=need)))
 
 
-def saturated(sim_cfg, load: float, margin: float, seed: int, rounds: int = 5) -> tuple:
+def saturated(sim_cfg, load: float, margin: float, seed: int, rounds: int = 12) -> tuple:
     """The tier at `load` x its decode capacity, with prefill capacity `margin` x that rate: (config, capacity).
 
     Calibrated to a fixed point: a burst whose prefill cannot keep the decode slots full measures the decode
     tier part-empty, so its capacity reads low; the prefill is grown to feed the rate that reading gives and
-    the burst is run again, until no instance is added (at most `rounds` bursts). One burst alone left the
-    Ascend 910C tier at N = 32 with 8 prefill instances in calibration: capacity 7.5 requests/s per worker
-    (8.4 at N = 16), a rate the tier kept up with, and a pool empty on every loaded step."""
-    for _ in range(rounds):
+    the burst is run again, until no instance is added (at most `rounds` bursts; `converged` says whether the
+    last one added none). One burst alone left the Ascend 910C tier at N = 32 with 8 prefill instances in
+    calibration: capacity 7.5 requests/s per worker (8.4 at N = 16), a rate the tier kept up with, and a pool
+    empty on every loaded step. Each burst grows the prefill by at most load x margin, so a tier that starts
+    far from its fixed point needs many: on the Azure code trace the H800 tier at N = 16 took 8 bursts (4 to
+    28 instances), past the 5 this loop used to stop at, which had left it part-empty and flagged. A trace
+    too short to fill the tier never settles (Azure code at N = 32: 5,291 requests for 2,048 slots)."""
+    cap = None
+    for burst in range(1, rounds + 1):
         cap = tier_capacity(sim_cfg, seed)
         grown = fed(sim_cfg, load * cap.decode_rps, cap.prefill_rps, margin)
-        if grown.cluster.prefill.count == sim_cfg.cluster.prefill.count:
+        done = grown.cluster.prefill.count == sim_cfg.cluster.prefill.count
+        cap = dataclasses.replace(cap, bursts=burst, converged=done)
+        if done:
             break
         sim_cfg = grown
     return tier(sim_cfg, rate=load * cap.decode_rps), cap
