@@ -192,7 +192,7 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
 
     rows = [{"workload": "w", "N": 8, "router": r, "seed": s, "imbalance": imb, "tput": tput, "tpot_p95": 1.0,
              "capacity_per_worker": 3.0, "prefill_instances": 4, "decode_tp": 1, "overflow_per_pick": 5.0,
-             "pool_mean": 10.0, "empty_pool_frac": 0.0, "slot_occupancy": 1.0}
+             "pool_mean": 10.0, "empty_pool_frac": 0.0, "slot_occupancy": 1.0, "route_ms": 0.1 + s, "step_ms": 10.0}
             for r, s, imb, tput in [("least_kv", 0, 100.0, 1.0), ("least_kv", 1, 300.0, 1.0),
                                     ("random", 0, 150.0, 1.0), ("random", 1, 150.0, 1.0),
                                     ("br0", 0, 50.0, 1.1), ("br0", 1, 60.0, 1.3)]]
@@ -208,6 +208,30 @@ def test_br_imbalance_reports_seed_means_and_brs_ratio_seed_by_seed():
     assert spread["seeds"] == [0, 1]
     assert spread["imb_ratio_br0_seeds"] == [[round(50 / 150, 4), round(60 / 150, 4)]]
     assert spread["tput_gain_br0_seeds"] == [[0.1, 0.3]]
+    assert fields["route_ms_br_max"] == [pytest.approx(0.6)] and fields["step_ms_br0"] == [10.0]  # seed means
+
+
+def test_timing_the_router_changes_nothing_it_decides():
+    """br_imbalance's dispatch cost comes from wrapping the router (measure.TimedRouter): the same seed gives
+    the same run with and without the wrapper, and every decode step's decision is timed."""
+    from pdgym.agents.experiments.measure import TimedRouter, tier
+    from pdgym.baselines import make_policy
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import SimResult, Simulator
+    from pdgym.envs.sim.events import PassKind
+
+    cfg = tier(load_scenario("decode_tier_n16").sim, n=4, num_requests=300)
+    runs = []
+    for wrap in (False, True):
+        router = make_policy("decode", {"name": "br0"})
+        sim = Simulator(cfg, {"decode": TimedRouter(router) if wrap else router}, 0)
+        sim.run()
+        runs.append((sim, SimResult(sim).steps))
+    (plain, steps), (timed, _) = runs
+    assert np.array_equal(plain.req.finish, timed.req.finish) and np.array_equal(plain.req.worker, timed.req.worker)
+    calls = np.asarray(timed.router.calls)
+    assert 0 < len(calls) <= (steps.kind == PassKind.DECODE).sum()  # one per step with a pool and a free slot
+    assert (calls[:, 1] > 0).all() and (np.diff(calls[:, 0]) >= 0).all()
 
 
 def test_a_tier_too_small_for_the_model_gets_the_smallest_worker_that_holds_it():

@@ -34,6 +34,11 @@ shorter effective horizon than the default's (docs/fidelity.md). `overflow_per_p
 tokens admitted past today's margin per admission, the router's own count (how much a lookahead overfills
 today). The same comparison runs on the heavy-tailed synthetic tier (decode_tier_ht_n{N}) unless `heavy_tail_scenario` is null.
 `sweep: true` adds the parameter sweeps behind the BR-0 / BR-H defaults (N = sweep_n, both workloads).
+Two more of the paper's claims: BR-H's TPOT p95 against the lowest classic router's and against BR-0's
+(`tpot_p95_ratio_brh_classic`, `tpot_p95_ratio_brh_br0`), and the dispatch cost: each BalanceRoute router's
+mean wall time per routing decision (one per decode step that starts with a pool and a free slot) in the
+loaded window, on the machine that ran it (`route_ms`; the largest, `route_ms_br_max`), beside BR-0's
+decode step (`step_ms_br0`).
 
 Seeds (`seeds`): every router replays each seed's traffic (the rate calibrated on the first); the summary
 holds the seed means and BR-0's ratios seed by seed (`imb_ratio_br0_seeds`, `tput_gain_br0_seeds`).
@@ -163,6 +168,11 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["imb_ratio_brh_oracle"].append(t.imbalance["brh_oracle"] / t.imbalance["br0"] if oracle else None)
         f["tput_gain_br0"].append(t.tput["br0"] / t.tput[best] - 1)
         f["tpot_p95_ratio_brh"].append(t.tpot_p95["brh_oracle"] / t.tpot_p95[best] if oracle else None)
+        # "BR-H has the lowest TPOT p95": against the lowest classic router's, and against BR-0's
+        f.setdefault("tpot_p95_ratio_brh_classic", []).append(
+            t.tpot_p95["brh_oracle"] / classic.tpot_p95.min() if oracle else None)
+        f.setdefault("tpot_p95_ratio_brh_br0", []).append(
+            t.tpot_p95["brh_oracle"] / t.tpot_p95["br0"] if oracle else None)
         for pred in ("survival", "memo", "survival_hold", "memo_hold"):
             key = f"brh_{pred}"
             f[f"imb_ratio_brh_{pred}"].append(t.imbalance[key] / t.imbalance["br0"] if key in t.index else None)
@@ -172,6 +182,11 @@ def summarise(table: pd.DataFrame, p) -> dict:
         f["decode_tp"].append(int(t.decode_tp.iloc[0]))
         for key in ("pool_mean", "empty_pool_frac", "slot_occupancy"):
             f.setdefault(f"{key}_br0", []).append(float(t[key]["br0"]))
+        balance_route = [r for r in t.index if r == "br0" or r.startswith("brh_")]  # dispatch cost per decode step
+        for name in balance_route:
+            f.setdefault("route_ms", {}).setdefault(name, []).append(float(t.route_ms[name]))
+        f.setdefault("route_ms_br_max", []).append(float(t.route_ms[balance_route].max()))
+        f.setdefault("step_ms_br0", []).append(float(t.step_ms["br0"]))
         for name in [r for r in t.index if r == "br0" or r.startswith("brh_oracle")]:  # tokens past today's margin
             f.setdefault("overflow_per_pick", {}).setdefault(name, []).append(float(t.overflow_per_pick[name]))
         for g in p.get("oracle_gammas") or []:  # {gamma: [BR-H oracle / BR-0 imbalance per N]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.hardware import load_hardware
 from pdgym.envs.sim.models import load_model
 from pdgym.envs.sim.observers import Observer
+from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
 
@@ -295,13 +297,36 @@ def saturated(sim_cfg, load: float, margin: float, seed: int, rounds: int = 12) 
     return tier(sim_cfg, rate=load * cap.decode_rps), cap
 
 
+class TimedRouter(DecodeRouter):
+    """A decode router whose route() calls are timed, with the simulated time of each: BalanceRoute's claim
+    that dispatch costs far less than a decode step (ALGORITHMS.md s6: under 1 ms in Python per step at
+    N = 32 with a pool of a few hundred). Timing changes nothing the router decides."""
+
+    def __init__(self, inner: DecodeRouter):
+        self.inner, self.name = inner, inner.name
+        self.calls: list[tuple[float, float]] = []  # (simulated time, wall seconds) per call
+
+    def reset(self, sim) -> None:
+        self.inner.reset(sim)
+
+    def route(self, sim, inst: int) -> None:
+        t0 = time.perf_counter()
+        self.inner.route(sim, inst)
+        self.calls.append((sim.now, time.perf_counter() - t0))
+
+    def on_timer(self, sim, tag) -> None:
+        self.inner.on_timer(sim, tag)
+
+
 def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 0.7, trace_steps: int = 0) -> dict:
     """One run; figures over the loaded window (module doc). `trace_steps` steps of per-worker KV from the
-    arrival of the `trace_at` quantile request are returned under "kept"."""
+    arrival of the `trace_at` quantile request are returned under "kept". `route_ms`: the router's mean wall
+    time per decision over the window (this machine's; the claim is relative to a decode step, `step_ms`)."""
     needs_oracle = isinstance(spec, dict) and spec.get("predictor") == "oracle"
     cfg = dataclasses.replace(sim_cfg, oracle=True) if needs_oracle else sim_cfg
     router = make_policy("decode", copy.deepcopy(spec))
-    sim = Simulator(cfg, {"decode": router}, seed)
+    timed = TimedRouter(router)
+    sim = Simulator(cfg, {"decode": timed}, seed)
     rec = KVRecorder(0)
     sim.observe(rec)
     sim.run()
@@ -315,6 +340,8 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
     win = dec[w]
     first = int(np.searchsorted(dec.t.to_numpy(), arr[int(trace_at * (len(arr) - 1))]))
     pool = np.asarray(rec.pool, dtype=np.float64)[w]
+    calls = np.asarray(timed.calls, dtype=np.float64).reshape(-1, 2)
+    route_s = calls[(calls[:, 0] >= lo) & (calls[:, 0] <= hi), 1]
     return {"imbalance": float((win.kv_max - win.kv_min).mean()), "tput": float(win.reqs.sum() / win.dur.sum()),
             "kv_std": float(kv[w].std(axis=1).mean()), "kv_max": float(win.kv_max.mean()),
             "step_ms": 1e3 * float(win.dur.mean()), "batch_mean": float(win.reqs.mean() / kv.shape[1]),
@@ -323,6 +350,7 @@ def run_router(sim_cfg, spec, seed: int, window_start: float, trace_at: float = 
             "rejected": s["rejected"], "pool_mean": float(pool.mean()) if len(pool) else float("nan"),
             "empty_pool_frac": float((pool == 0).mean()) if len(pool) else float("nan"),
             "slot_occupancy": float(win.reqs.mean() / (kv.shape[1] * sim.decode[0].batch_limit)),
+            "route_ms": 1e3 * float(route_s.mean()) if len(route_s) else float("nan"),
             **overflow(router), "kept": kv[first:first + trace_steps]}
 
 
