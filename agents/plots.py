@@ -14,19 +14,28 @@ import pandas as pd
 
 
 def decode_kv_spread(steps: dict[str, pd.DataFrame], path: Path, window: int = 400) -> Path | None:
-    """Max and min worker KV per decode step over a window of steps, one panel per policy set."""
-    sets = {k: s[s.kind == PassKind.DECODE].head(window) for k, s in steps.items()}
+    """Max and min worker KV per decode step, one panel per policy set and one band per decode instance, over
+    `window` steps from the middle of each instance's run (past the ramp-up): the spread the barrier waits
+    on. None (no figure) when no set has a decode step (a colocated cluster)."""
+    sets = {k: s[s.kind == PassKind.DECODE] for k, s in steps.items()}
     sets = {k: s for k, s in sets.items() if len(s)}
     if not sets:
         return None
-    fig, axes = plt.subplots(len(sets), 1, figsize=(7, 2.2 * len(sets)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(sets), 1, figsize=(7, 2.4 * len(sets)), sharex=True, squeeze=False)
     for ax, (label, s) in zip(axes[:, 0], sets.items()):
-        x = np.arange(len(s))
-        ax.fill_between(x, s.kv_min, s.kv_max, alpha=0.35)
-        ax.plot(x, s.kv_max, lw=0.8)
-        ax.set_ylabel("worker KV")
-        ax.set_title(label, fontsize=9)
-    axes[-1, 0].set_xlabel("decode step")
+        by_inst = list(s.groupby("inst", sort=True))
+        for inst, g in by_inst:
+            first = max(0, len(g) // 2 - window // 2)
+            g = g.iloc[first:first + window]
+            x = np.arange(first, first + len(g))
+            (line,) = ax.plot(x, g.kv_max, lw=0.8, label=f"decode instance {inst}")
+            ax.fill_between(x, g.kv_min, g.kv_max, alpha=0.3, color=line.get_color(), lw=0)
+        ax.set_ylabel("worker KV (tokens)")
+        ax.set_title(f"{label}: min-max band over the workers, {window} steps from mid-run", fontsize=9)
+        if len(by_inst) > 1:
+            ax.legend(fontsize=7, loc="upper right")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("decode step of the instance")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -28,6 +28,18 @@ def test_sim_writes_metrics_json_with_the_design_keys(tmp_path):
     assert (out / "requests.csv").exists() and (out / "latency_cdf.png").stat().st_size > 1000
 
 
+def test_sim_plots_a_colocated_cluster_without_a_decode_kv_figure(tmp_path):
+    """A colocated cluster has no decode steps, so no decode-KV figure: the run still finishes with its metrics
+    (it used to exit 2 on a temporary figure file never written), and a stale figure in a reused folder goes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "decode_kv_spread.png").write_bytes(b"stale")
+    p = run("pdgym-sim", "scenario=coloc_h200_qwen3_8b", "workload.num_requests=200", f"hydra.run.dir={out}")
+    assert p.returncode == 0, p.stderr
+    assert (out / "metrics.json").is_file() and (out / "latency_cdf.png").is_file()
+    assert not (out / "decode_kv_spread.png").exists() and not list(out.glob(".*partial*"))
+
+
 def test_sim_tables_parquet_hold_what_csv_holds(tmp_path):
     """tables=parquet: the same tables as csv (typed columns), and no .csv beside them."""
     pd = pytest.importorskip("pandas")

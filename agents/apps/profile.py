@@ -477,6 +477,9 @@ def roofline_time(c: np.ndarray, m: np.ndarray, mfu: float, mbu: float, overhead
     return overhead + np.maximum(c / mfu, m / mbu)
 
 
+FIT_PARAMS = 3  # mfu, mbu, pass_overhead_s
+
+
 def fit_roofline(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> dict:
     """mfu, mbu, pass_overhead_s minimising the squared relative error of the roofline against df.time_s."""
     from scipy.optimize import least_squares
@@ -629,11 +632,17 @@ def main(cfg: DictConfig) -> dict:
         "timed_layers": s.layers, "ep": s.ep, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
         "decode_cuda_graph": bool(df.cuda_graph[df.phase == "decode"].all()),
         "moe_kernel": str(df.moe_kernel.iloc[0]),
+        # three parameters: with fewer than four points (or one phase alone) the fit can be exact and say nothing
+        "determined": bool(len(df) > FIT_PARAMS and df.phase.nunique() == 2),
     }
     with atomic_path(out / "fit.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"fit: mfu {fit['mfu']:.4g}, mbu {fit['mbu']:.4g}, pass_overhead_s {fit['pass_overhead_s']:.4g} "
           f"(relative error rms {summary['rel_err_rms']:.1%}, max {summary['rel_err_max']:.1%})")
+    if not summary["determined"]:
+        print(f"warning: {len(df)} points ({', '.join(sorted(df.phase.unique()))}) for {FIT_PARAMS} parameters: the "
+              "fit is underdetermined and its errors say nothing; give more profile.prefill_tokens / decode_batch "
+              "points, of both phases")
     print(f"results in {out}")
     print(f"to simulate with the table, add to a pdgym-sim run of the same model and hardware: "
           f"cost.kind=table +cost.params.path={out / 'table.csv'}")

@@ -58,7 +58,7 @@ def validate(cfg, defaults, runner) -> None:
     check_seed(to_container(cfg).get("seed"))
     repro_seeds(cfg)
     check_lists(cfg.repro, defaults.repro, getattr(runner, "may_be_empty", frozenset()))
-    check_scalars(cfg.repro, defaults.repro, getattr(runner, "may_be_null", {}))
+    check_scalars(cfg.repro, defaults.repro, getattr(runner, "may_be_null", {}), getattr(runner, "within", {}))
     check_within(cfg.repro, getattr(runner, "within", {}))
     if getattr(runner, "check", None) is not None:
         runner.check(cfg.repro)

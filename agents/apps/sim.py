@@ -88,9 +88,19 @@ def _fmt(v) -> str:
     return f"{v:.4g}"
 
 
+class _NothingToDraw(Exception):
+    """A plot function returned None: its figure has nothing to show (decode KV on a colocated cluster)."""
+
+
 def _plot(fn, data: dict, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        fn(data, tmp)
+    """`fn`'s figure at `path`, written atomically; no file (and none left from an earlier run in the folder)
+    when `fn` has nothing to draw."""
+    try:
+        with atomic_path(path) as tmp:
+            if fn(data, tmp) is None:
+                raise _NothingToDraw
+    except _NothingToDraw:
+        path.unlink(missing_ok=True)
 
 
 @hydra_cli("pdgym-sim", "config", validate=validate)

@@ -21,6 +21,7 @@ import functools
 import importlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -322,7 +323,8 @@ def load_agent(path: str | Path) -> LoadedAgent:
 
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(str(p))
+        raise ConfigError(f"policy: {p} does not exist; give a pdgym-train run directory, a model .zip in one, "
+                          "or a baseline name")
     zip_path = model_file(p)
     root = next((d for d in (zip_path.parent, zip_path.parent.parent) if (d / AGENT_META).is_file()), None)
     if root is None:
@@ -433,9 +435,10 @@ def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index:
 
 def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = None,
              others: dict | None = None, progress: bool = False, desc: str = "",
-             budget_s: float | None = None) -> Evaluation:
+             budget_s: float | None = None, on_seed: Callable[[int, int], None] | None = None) -> Evaluation:
     """Run `cand` on the composed scenario `raw` for every seed index (of `split`, if given); the progress
-    bar counts requests resolved over all seeds; `budget_s` bounds each seed's wall time."""
+    bar counts requests resolved over all seeds; `budget_s` bounds each seed's wall time; `on_seed(done,
+    total)` after each seed (a log line where a bar cannot be drawn, e.g. under training's own bar)."""
     from tqdm import tqdm
 
     others = dict(raw.get("policy") or {}) if others is None else others
@@ -453,6 +456,8 @@ def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = 
             out = run_one(raw, others, cand, split, int(i), budget_s, on_progress=tick)
             per_seed.append(dict(out.metrics, stopped=out.stopped))
             tables.append(out.result.requests.assign(seed=int(i)))
+            if on_seed is not None:
+                on_seed(k + 1, len(seeds))
     return Evaluation(cand, [int(s) for s in seeds], per_seed, pd.concat(tables, ignore_index=True))
 
 

@@ -104,7 +104,7 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
         exp.regime(f"{tag} N={n} calibration", "share of full decode steps in the capacity burst", calib.full_share,
                    lo=0.1, note="(a part-empty tier's capacity reads low)")
         exp.regime(f"{tag} N={n} calibration", "prefill fixed point reached (1 = yes)", float(calib.converged), lo=1,
-                   note=f"(the prefill still grew at the last of {calib.bursts} bursts: repro.calibration_rounds)")
+                   note=f"({calib.bursts} of at most repro.calibration_rounds bursts; 0: the last one still grew the prefill)")
         for name, spec in tqdm(specs, desc=f"{tag} N={n}", leave=False):
             spec = OmegaConf.to_container(spec) if OmegaConf.is_config(spec) else spec
             for seed in seeds:

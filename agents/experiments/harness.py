@@ -97,15 +97,17 @@ def check_lists(block, defaults, may_be_empty=frozenset()) -> None:
             raise ConfigError(f"repro.{key}: got {v!r}; must be {want}")
 
 
-def check_scalars(block, defaults, may_be_null=None) -> None:
+def check_scalars(block, defaults, may_be_null=None, within: dict[str, str] | None = None) -> None:
     """The reproduction's scalar parameters against its own defaults, before any run folder exists.
 
     A key whose default is a flag must get a flag; a whole number, a whole number; a number, a number; a name, a
     non-empty name; a number default >= 0 keeps that sign. Null is refused unless the reproduction declares the
     key in `may_be_null` ({key: an example of its non-null kind, or None for "like the default"}); a key whose
     default is null is checked only through that example. Without this `repro.ttft_target_s=abc` ended in a
-    ValueError traceback and `repro.num_requests=abc` started running."""
+    ValueError traceback and `repro.num_requests=abc` started running. A key with a declared range (`within`,
+    checked next by `check_within`) names that range here too, so every bad value of it reads the same rule."""
     may_be_null = dict(may_be_null or {})
+    within = dict(within or {})
     for key, dv in defaults.items():
         if key == "runner" or OmegaConf.is_config(dv):
             continue
@@ -123,7 +125,8 @@ def check_scalars(block, defaults, may_be_null=None) -> None:
             kind = "integers" if isinstance(like, int) else "numbers"
             sign = " >= 0" if like >= 0 else ""
             ok = _fits(v, kind, sign)
-            want = f"{'a whole number' if kind == 'integers' else 'a number'}{sign}"
+            noun = "a whole number" if kind == "integers" else "a number"
+            want = f"{noun} in {within[key]}" if key in within else f"{noun}{sign}"
         if not ok:
             null = " or null" if key in may_be_null else ""
             example = str(like).lower() if isinstance(like, bool) else repr(like)

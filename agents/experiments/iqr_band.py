@@ -69,7 +69,8 @@ def run(exp: Experiment) -> dict:
             "only against a dispatcher whose load reports are several steps stale (the report-period curve "
             "above), not against an exact least-KV router.\n")
     exp.table(table.reset_index(), table.reset_index().to_markdown(index=False, floatfmt=".4g") + "\n" + note)
-    plot_traces(traces, exp.figure("kv_band.png"), "IQR vs immediate least-loaded dispatch, N = 32")
+    plot_traces(traces, exp.figure("kv_band.png"),
+                f"IQR vs immediate least-loaded dispatch, N = {sim_cfg.cluster.decode.dp}")
     curve = table.loc[[f"immediate_r{int(r)}" for r in p.report_curve]]
     plots.lines([int(r) for r in p.report_curve],
                 {"immediate (report every k steps)": (curve.band_tokens / 1e3).tolist(),

@@ -44,7 +44,7 @@ def run_curves(run: Path, primary: str) -> Path | None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if has_ret:
         p = prog[[STEP_COL, RETURN_COL]].dropna()
-        axes[0].plot(p[STEP_COL], p[RETURN_COL], color="tab:blue")
+        axes[0].plot(p[STEP_COL], p[RETURN_COL], color="tab:blue", marker="o" if len(p) < 20 else None)
     else:
         axes[0].text(0.5, 0.5, "no finished training episode yet", ha="center", transform=axes[0].transAxes)
     axes[0].set(xlabel="environment steps", ylabel="training episode return", title="training")

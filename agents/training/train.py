@@ -45,7 +45,13 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
     def run(model) -> dict:
         agent = E.LoadedAgent(Path("."), meta, M.predictor(model.policy, algo, vec_norm))
         cand = E.Candidate("current", "agent", env.point, agent=agent)
-        return E.evaluate(raw, cand, seeds, split, others=raw["policy"]).stats()
+        t0 = time.perf_counter()
+        print(f"held-out evaluation at step {model.num_timesteps}: {len(seeds)} validation seed(s)", flush=True)
+
+        def seed_done(done: int, total: int) -> None:  # training's bar is live: a line per seed, not a bar
+            print(f"  held-out seed {done}/{total} done, {time.perf_counter() - t0:.0f} s", flush=True)
+
+        return E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done).stats()
 
     return run
 
