@@ -61,7 +61,7 @@ SIM = [
     (["compare=[{label: ../../x}]"], "compare[0].label"), (["compare=[{label: /abs/path}]"], "compare[0].label"),
     (["compare=[{label: a/b}]"], "compare[0].label"), (["compare=[{label: ..}]"], "compare[0].label"),
     (["compare=[{label: a},{label: a}]"], "duplicate"), (["compare=[{label: a, bogus: 1}]"], "compare[0]"),
-    (["compare=[{label: a, prefill: nope}]"], "nope"), (["compare=3"], "compare"),
+    (["compare=[{label: a, prefill: nope}]"], "compare[0].prefill.name"), (["compare=3"], "compare"),
     (["a.b=[1"], "cannot parse"), (["seed"], "cannot parse"), (["+seed=3"], "seed: already set"),
     (["plots=maybe"], "plots"), (["memory_limit_gb=0"], "memory_limit_gb"), (["tables=xlsx"], "tables"),
     (["workload.trace=/no/such.csv"], "workload.trace"), (["workload.trace=nope"], "workload.trace"),

@@ -20,7 +20,7 @@ from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run
 from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
-from pdgym.envs.sim.config import check, check_seed
+from pdgym.envs.sim.config import ConfigError, check, check_seed
 from pdgym.envs.sim.metrics import atomic_path, check_table_format
 from rich.console import Console
 from rich.table import Table
@@ -64,7 +64,14 @@ def validate(cfg: DictConfig) -> tuple:
     tables = check_table_format(cfg.get("tables", "csv"))
     sim_cfg = sim_config_from(cfg)
     specs = policy_sets(cfg)
-    sets = [(label, make_policies(spec)) for label, spec in specs]
+    sets = []
+    for i, (label, spec) in enumerate(specs):
+        try:
+            sets.append((label, make_policies(spec)))
+        except ConfigError as e:  # name the compare entry the bad policy came in, not the policy group
+            if not cfg.get("compare"):
+                raise
+            raise ConfigError(str(e).replace("policy.", f"compare[{i}].", 1)) from None
     Simulator(sim_cfg, make_policies(specs[0][1]), seed=seed)  # builds instances: capacity checks, no run
     return seed, tables, sim_cfg, sets
 

@@ -622,7 +622,7 @@ def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
              f"({arrow}). {sc.note}").rstrip()
     flag = "in regime" if rg["in_regime"] else f"OUT OF REGIME: {rg['flag']}"
     regime = (f"Regime ({flag}): load {_fmt(rg['load'])} ({rg['load_def']}; capacity {_fmt(rg['capacity_rps'])} "
-              f"req/s)" + (f", pool mean {_fmt(rg['pool_mean'])}, empty-pool steps {_fmt(rg['pool_empty_frac'])}"
+              f"req/s)" + (f", pool mean {_fmt(rg['pool_mean'])}, empty-pool steps {rg['pool_empty_frac']:.0%}"
                             if math.isfinite(rg["pool_mean"]) else "")
               + f", measured on {rg['regime_policy']}; declared {rg['declared'] or 'nothing'}. {rg['why']}").rstrip()
     notes = []
