@@ -502,3 +502,28 @@ def test_predictor_acts_as_the_policys_own_predict():
         got = act(obs, mask)
         assert got == int(want) and mask[got]
     assert not model.policy.training
+    nothing = np.zeros(4, dtype=bool)  # no allowed action: what sb3-contrib picks too
+    assert act(np.ones(8, np.float32), nothing) == int(model.policy.predict(np.ones(8, np.float32),
+                                                                            action_masks=nothing,
+                                                                            deterministic=True)[0])
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_predictor_of_an_unmasked_agent_is_its_masked_greedy_action(algo):
+    """PPO / A2C: the predictor's actor-only forward gives the argmax of the policy's own logits among the allowed
+    actions (the distribution SB3 builds, masked here)."""
+    import torch
+    from pdgym.agents.training.model_store import predictor
+    from stable_baselines3 import A2C, PPO
+
+    model = {"ppo": PPO, "a2c": A2C}[algo]("MlpPolicy", _ArgmaxEnv(), seed=0, device="cpu",
+                                           policy_kwargs={"net_arch": [32, 16]})
+    act = predictor(model.policy, algo)
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        obs = rng.random(8).astype(np.float32)
+        mask = rng.random(4) > 0.5
+        mask[rng.integers(4)] = True
+        with torch.no_grad():
+            logits = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.logits[0].numpy()
+        assert act(obs, mask) == int(np.argmax(np.where(mask, logits, -np.inf)))

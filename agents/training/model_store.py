@@ -332,11 +332,26 @@ def restore(model, path: Path, vec_norm=None) -> int:
 def predictor(policy, algo: str, obs_norm=None):
     """predict(obs, mask) -> action: the policy's greedy action among the allowed ones.
 
-    MaskablePPO masks its logits itself; for PPO / A2C the categorical logits and for DQN the Q-values
-    are masked here, so an agent trained without masks never picks an infeasible action at evaluation.
-    `obs_norm` is anything with normalize_obs (a live VecNormalize while training, an ObsNormalizer after).
+    MaskablePPO masks its logits as sb3-contrib does (-1e8 where masked); for PPO / A2C the categorical logits
+    and for DQN the Q-values are masked here, so an agent trained without masks never picks an infeasible
+    action at evaluation. `obs_norm` is anything with normalize_obs (a live VecNormalize while training, an
+    ObsNormalizer after).
+
+    An evaluation calls this once per decision, sequentially (a poorly trained router can take ~10^6 of them in
+    one held-out run: 125 s of a 162 s evaluation went to SB3's predict path). With a Box observation, the
+    actor-critic logits come from the actor's layers alone (features, policy MLP, action head), skipping
+    obs_to_tensor's preprocessing and the distribution objects: the same actions
+    (tests/test_agents.py) at about a third of the cost per call.
     """
     import torch
+    from gymnasium import spaces
+    from stable_baselines3.common.policies import BasePolicy
+
+    box = isinstance(policy.observation_space, spaces.Box)
+    actor_critic = algo != "dqn" and box and hasattr(policy, "mlp_extractor") and hasattr(policy, "action_net")
+
+    def tensor(obs: np.ndarray):
+        return torch.as_tensor(obs).reshape(1, -1) if box else policy.obs_to_tensor(obs)[0]
 
     def predict(obs: np.ndarray, mask: np.ndarray) -> int:
         obs = np.asarray(obs, dtype=np.float32)
@@ -345,13 +360,19 @@ def predictor(policy, algo: str, obs_norm=None):
         mask = np.asarray(mask, dtype=bool)
         if policy.training:  # what SB3's predict() does on every call (a walk over all modules): once here
             policy.set_training_mode(False)
-        if algo == "maskable_ppo":  # = policy.predict(obs, action_masks=mask, deterministic=True), 35% cheaper
-            with torch.no_grad():
-                t, _ = policy.obs_to_tensor(obs)
-                return int(policy.get_distribution(t, action_masks=mask).get_actions(deterministic=True)[0])
         with torch.no_grad():
-            t, _ = policy.obs_to_tensor(obs)
-            if algo == "dqn":
+            t = tensor(obs)
+            if actor_critic:  # the float ops of SB3's distributions, so ties break as theirs do
+                feats = BasePolicy.extract_features(policy, t, policy.pi_features_extractor)
+                z = policy.action_net(policy.mlp_extractor.forward_actor(feats))
+                if algo == "maskable_ppo":  # MaskableCategorical: masked logits -1e8, argmax of the probs
+                    z = torch.where(torch.as_tensor(mask).reshape(1, -1), z, torch.tensor(-1e8, dtype=z.dtype))
+                    z = z - z.logsumexp(dim=-1, keepdim=True)
+                    return int(torch.softmax(z, dim=-1).argmax(dim=1)[0])
+                score = (z - z.logsumexp(dim=-1, keepdim=True))[0].numpy()  # Categorical's normalised logits
+            elif algo == "maskable_ppo":  # = policy.predict(obs, action_masks=mask, deterministic=True)
+                return int(policy.get_distribution(t, action_masks=mask).get_actions(deterministic=True)[0])
+            elif algo == "dqn":
                 score = policy.q_net(t)[0].cpu().numpy()
             else:
                 score = policy.get_distribution(t).distribution.logits[0].cpu().numpy()
