@@ -221,6 +221,12 @@ def _sub_value(overrides: list[str], key: str, path: str) -> str:
     return "..."
 
 
+# Profiles whose YAML files list every field of their dataclass (HardwareProfile, ModelProfile; tests/test_cli.py
+# checks it): an added key is refused when the profile loads, so an error about one must not suggest `+key=value`.
+# Other sections (cluster.*: mfu, mbu, ... are fields the YAML leaves out) keep the `+` hint.
+CLOSED_SECTIONS = ("hardware", "model")
+
+
 def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str) -> str:
     """A Hydra / OmegaConf composition error as one line: the key, what is wrong, what is allowed."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -255,6 +261,8 @@ def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str)
         close = difflib.get_close_matches(leaf, keys, n=1)
         hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
         allowed = ", ".join(keys) if keys else "no keys yet (free-form)"
+        if full.split(".", 1)[0] in CLOSED_SECTIONS:  # the simulator's dataclasses: a new key would be refused next
+            return f"{full}: unknown key; {hint}{parent} has: {allowed} (its keys are fixed)"
         if full != key:  # a mapping given to `key` carries the new key: suggest adding that key alone
             value = _sub_value(overrides, key, full[len(key) + 1:])
         return f"{full}: unknown key; {hint}{parent or 'the config'} has: {allowed}; to add a new key use +{full}={value}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -31,7 +32,7 @@ from gymnasium import spaces
 from pdgym.envs import render as V
 from pdgym.envs.scenario import load_scenario, merge_sim_config, trace_splits
 from pdgym.envs.sim import SimResult, Simulator
-from pdgym.envs.sim.config import ConfigError, SimConfig
+from pdgym.envs.sim.config import ConfigError, SimConfig, check
 from pdgym.envs.sim.validation import check_choice, check_float
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
@@ -137,6 +138,7 @@ class PdgymEnv(gym.Env):
     ENV_ID: ClassVar[str]
     POINT: ClassVar[str]  # the decision point the agent holds: prefill | decode | batching
     DEFAULT_SCENARIO: ClassVar[str]
+    NO_DECISION_HINT: ClassVar[str] = ""  # what to change when a scenario leaves the agent nothing to decide
 
     def __init__(self, scenario: str | None = None, overrides=(), config: dict | None = None,
                  render_mode: str | None = None, trace_split: str | None = "train", stall_s: float | None = 60.0,
@@ -147,6 +149,11 @@ class PdgymEnv(gym.Env):
         self.render_mode = render_mode
         self.stall_s = None if stall_s is None else check_float(stall_s, "env.stall_s", lo_open=True)
         self.scenario = scenario
+        ok = isinstance(overrides, Sequence) and not isinstance(overrides, str) and all(isinstance(o, str)
+                                                                                       for o in overrides)
+        check(ok, "env.overrides", f"got {overrides!r}; must be a list of 'key=value' strings")
+        check(config is None or isinstance(config, Mapping), "env.config",
+              f"got {config!r}; must be a nested dict of simulator settings (or null)")
         sc = load_scenario(scenario, list(overrides))
         self.scenario_policies = sc.policy  # the scenario's policy specs at each decision point
         self.sim_config = merge_sim_config(sc.sim, config)
@@ -231,6 +238,9 @@ class PdgymEnv(gym.Env):
         self._quiet_s = 0.0  # simulated time of consecutive decisions without progress
         self._stall_end = False
         self._done = self._begin()
+        if self._done:  # the whole run went by without one decision: step() could only refuse
+            raise ConfigError(f"{self.ENV_ID}: scenario {self.scenario!r} left the agent no decision (the run ended "
+                              f"inside reset()){self.NO_DECISION_HINT}")
         return self._observe(), self._info(False)
 
     def step(self, action):

@@ -422,7 +422,7 @@ class DecodeRoutingEnv(PdgymEnv):
             raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
 
     def _make_core(self, options):
-        return make_core(_EnvAdapter, options)
+        return make_core(_EnvAdapter, options, self.env_keys())  # env keys: named in an unknown-option error
 
     def _size_core(self, probe):
         self.core.bind_size(max(d.dp for d in probe.decode))

@@ -414,6 +414,8 @@ class PhaseBatchingEnv(PdgymEnv):
     ENV_ID = ENV_ID
     POINT = "batching"
     DEFAULT_SCENARIO = "coloc_h200_qwen3_8b"
+    NO_DECISION_HINT = ("; with skip_forced=True (the default) a unit with one feasible phase is not asked, which on a "
+                        "batch limit of 1 is every unit: pass skip_forced=False")
 
     def __init__(self, scenario: str = "coloc_h200_qwen3_8b", *, prefill="round_robin", batching="mb",
                  reward: str = "requests", slo_penalty: float = 0.0, reward_scale: float = 1.0, **kwargs):
@@ -434,7 +436,7 @@ class PhaseBatchingEnv(PdgymEnv):
                               "cluster.topology=colocated")
 
     def _make_core(self, options):
-        return make_core(_EnvAdapter, {**options, "fallback": self._fallback})
+        return make_core(_EnvAdapter, {**options, "fallback": self._fallback}, self.env_keys())
 
     def _size_core(self, probe):
         self.core.check_instance(probe)

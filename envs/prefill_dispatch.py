@@ -593,7 +593,7 @@ class PrefillDispatchEnv(PdgymEnv):
                               "cluster.topology=disaggregated")
 
     def _make_core(self, options):
-        return make_core(_EnvAdapter, options)
+        return make_core(_EnvAdapter, options, self.env_keys())  # env keys: named in an unknown-option error
 
     def _size_core(self, probe):
         self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)

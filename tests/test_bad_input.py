@@ -57,6 +57,8 @@ SIM = [
     (["hardware=tpu_v9"], "hardware"), (["scenario=nope"], "scenario"), (["model=gpt5"], "model"),
     (["policy/prefill=nope"], "policy/prefill"), (["policy="], "policy/prefill=NAME"),
     (["hardware.hbm_gb=-80"], "did you mean"), (["model.num_layers=0"], "model.num_layers"),
+    (["hardware.bogus=1"], "(its keys are fixed)"), (["cluster.prefill.bogus=1"], "cluster.prefill.bogus: unknown key"),
+    (["hardware.hbm_bw=1e-300"], "a full pass of this instance takes inf s"),
     (["policy.decode.window=0"], "policy.decode.window"),
     (["compare=[{label: ../../x}]"], "compare[0].label"), (["compare=[{label: /abs/path}]"], "compare[0].label"),
     (["compare=[{label: a/b}]"], "compare[0].label"), (["compare=[{label: ..}]"], "compare[0].label"),

@@ -238,3 +238,35 @@ def test_action_meanings_and_obs_layout(name):
     assert len(set(names)) == len(names)
     lay = env.obs_layout
     assert lay["global_dim"] + lay["n_slots"] * lay["per_slot_dim"] == env.observation_space.shape[0]
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"overrides": "workload.num_requests=100"}, "env.overrides: got 'workload"),  # a string, not a list
+    ({"overrides": 5}, "env.overrides"),
+    ({"config": [1, 2]}, "env.config"),
+    ({"bogus": 1}, "allowed: batching, config, horizon"),  # the env's own keys are named too
+])
+def test_env_kwargs_of_the_wrong_kind_are_one_line(kw, msg):
+    with pytest.raises(ConfigError) as e:
+        gym.make("pdgym/DecodeRouting-v0", **kw)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_scenario_that_leaves_no_decision_is_refused_at_reset():
+    """md1_single_slot with skip_forced: every phase choice is forced, so the whole run went by inside reset() and
+    step() could only refuse; reset says so and what to change. skip_forced=False leaves the decisions."""
+    kw = {"scenario": "md1_single_slot", "overrides": ["workload.num_requests=50"]}
+    with pytest.raises(ConfigError, match="left the agent no decision.*skip_forced=False"):
+        gym.make("pdgym/PhaseBatching-v0", **kw).reset(seed=0)
+    env = gym.make("pdgym/PhaseBatching-v0", skip_forced=False, **kw)
+    env.reset(seed=0)
+    assert env.action_space.contains(env.action_space.sample())
+
+
+@pytest.mark.parametrize("seed", ["abc", None, -3, 1.5, True])
+def test_simulate_refuses_a_seed_that_is_not_a_whole_number(seed):
+    from pdgym.envs.scenario import load_scenario
+
+    with pytest.raises(ConfigError, match="^seed: got "):
+        simulate(load_scenario("decode_tier_n8", ["workload.num_requests=20"]).sim, seed=seed)
+    assert simulate(load_scenario("decode_tier_n8", ["workload.num_requests=20"]).sim, seed=np.int64(2)).metrics()

@@ -194,3 +194,19 @@ def test_multirun_folders_survive_slashes_and_aggregate_into_one_table(tmp_path)
     assert sorted(t.seeds) == [1, 2] and len(t) == 2
     assert (t.imbalance_mean_ci_low >= 0).all() and (t.imbalance_mean_ci_low <= t.imbalance_mean).all()
     assert (out / "sweep_table.csv").exists()
+
+
+def test_hardware_and_model_files_list_every_profile_field():
+    """hydra_error_line tells a user a hardware / model key cannot be added (CLOSED_SECTIONS) because every file
+    lists every field of its profile; a file that left one out would make that advice wrong."""
+    import dataclasses
+
+    import yaml
+    from pdgym.envs.sim.hardware import HardwareProfile
+    from pdgym.envs.sim.models import ModelProfile
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    for group, profile in (("hardware", HardwareProfile), ("model", ModelProfile)):
+        fields = {f.name for f in dataclasses.fields(profile)}
+        for path in sorted((conf / group).glob("*.yaml")):
+            assert set(yaml.safe_load(path.read_text())) == fields, path.name

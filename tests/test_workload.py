@@ -368,6 +368,7 @@ TRACE_ERRORS = [
     ("num_prefill_tokens,num_decode_tokens\n-3,4\n", "non-positive length"),
     ("num_prefill_tokens,num_decode_tokens\nx,4\n", "non-numeric"),
     ("num_prefill_tokens,num_decode_tokens\n2.5,4\n", "non-integer"),
+    ("num_prefill_tokens,num_decode_tokens\n10,5\n99999999999999999999999,5\n", "at line 3 is too large"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\nnot a time,4,5\n", "TIMESTAMP"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "empty trace"),
     ("", "empty trace"),
@@ -527,3 +528,12 @@ def test_apps_print_each_workload_warning_once():
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("instead of 100") == 1 and r.stderr.count("instead of 200") == 1, r.stderr
     assert r.stdout.strip() == "raised"
+
+
+def test_a_rate_for_a_trace_whose_rows_share_one_time_is_said_to_do_nothing(tmp_path):
+    """Rescaling needs a span: 20 rows at one time arrive at once whatever workload.rate says, and the run says so."""
+    path = write(tmp_path, "same.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                 + "".join("1.0,10,5\n" for _ in range(20)))
+    with pytest.warns(WorkloadWarning, match="no span to rescale"):
+        wl = make_workload(WorkloadConfig(trace=path, arrival="trace", rate=10.0, num_requests=20), rng())
+    assert (wl.arrival == 0).all()

@@ -295,8 +295,23 @@ COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost.kind")
 
 def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
                      inst: InstanceConfig) -> CostModel:
-    """The cost model `cfg.kind` for one instance shape; bad params fail naming cost.params.X."""
-    return COST_MODELS[cfg.kind](dict(cfg.params or {}), hw, model, inst)
+    """The cost model `cfg.kind` for one instance shape; bad params fail naming cost.params.X. A full pass of the
+    shape (every unit a full chunk, or a full batch) must take a finite time: hardware values that are valid
+    one by one (hbm_bw=1e-300) otherwise gave NaN latencies and a result that looked like one."""
+    cost = COST_MODELS[cfg.kind](dict(cfg.params or {}), hw, model, inst)
+    dp, c, b = inst.dp, float(inst.chunk_tokens), float(inst.batch_limit)
+    full = np.full(dp, c)
+    try:
+        with np.errstate(all="ignore"):  # an overflow here is what the check reports, in one line
+            probe = (cost.pass_time(full, full * c / 2, np.zeros(dp), np.zeros(dp)),
+                     cost.pass_time(np.zeros(dp), np.zeros(dp), np.full(dp, b), np.full(dp, b * c)))
+    except OverflowError:
+        probe = (math.inf,)
+    if not all(math.isfinite(t) and t >= 0 for t in probe):
+        where = "hardware (hbm_bw, flops_*, mfu, mbu, link bandwidths)" if cfg.kind == "roofline" else "cost.params"
+        raise ConfigError(f"{where}: a full pass of this instance takes {max(probe)} s under cost.kind={cfg.kind}; "
+                          "the values must give a finite, non-negative time")
+    return cost
 
 
 @COST_MODELS.register("roofline")

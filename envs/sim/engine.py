@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from . import requests as R
 from .colocated import ColocatedInstance
-from .config import ConfigError, SimConfig, sim_config
+from .config import ConfigError, SimConfig, check_seed, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
 from .decode import DecodeInstance
 from .events import EventKind, PassKind
@@ -54,7 +55,8 @@ class Simulator:
     def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0):
         cfg = sim_config(config)
         self.cfg = cfg
-        self.seed = int(seed)
+        # numpy integers too (seeds drawn from arrays); 1.5, "3", None or -1 fail in one line, not inside numpy
+        self.seed = check_seed(int(seed) if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) else seed)
         root = np.random.default_rng(self.seed)
         wl_rng, self.fault_rng, self.rng = root.spawn(3)
         self.hw = load_hardware(cfg.hardware)

@@ -73,6 +73,9 @@ class Trace:
     name: str
 
 
+MAX_TRACE_TOKENS = 10**9  # tokens in one request's prompt or output
+
+
 def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
     vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(vals)
@@ -90,6 +93,11 @@ def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
         i = int(np.argmax(bad))
         raise ConfigError(f"{key}: non-positive length {int(vals[i])} in column {col} at line {i + 2}; "
                           "token counts must be integers >= 1")
+    bad = vals > MAX_TRACE_TOKENS  # beyond any context (and, far enough, beyond int64: garbage after the cast)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f"{key}: length {_plain(df[col].iloc[i])} in column {col} at line {i + 2} is too large; "
+                          f"token counts must be integers in [1, {MAX_TRACE_TOKENS:,}]")
     return vals.astype(np.int64)
 
 

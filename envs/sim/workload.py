@@ -383,6 +383,10 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
             arrival = arrival * float(cfg.time_scale)
         elif cfg.rate is not None and n >= 2 and span > 0:
             arrival = arrival * (((n - 1) / span) / float(cfg.rate))
+        elif cfg.rate is not None and n >= 2:
+            warnings.warn(f"workload.rate: every replayed row of trace {cfg.trace!r} has the same time, so there is "
+                          f"no span to rescale to {cfg.rate} requests/s; they all arrive at once (use arrival=poisson "
+                          "with dist=empirical lengths from the trace for a rate)", WorkloadWarning, stacklevel=3)
     elif not closed:
         kind = cfg.arrival
         if kind == "trace":
