@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -78,7 +79,13 @@ def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
     if bad:
         allowed = [k for k in params if k != "self"]
         raise ConfigError(f"env.{bad[0]}: unknown option; allowed: {', '.join(sorted([*allowed, *env_keys]))}")
-    return init(**kwargs)
+    try:
+        return init(**kwargs)
+    except ConfigError as exc:  # the core checks its options under its policy key; here they are env options
+        m = re.match(r"policy\.\w+\.(\w+): ", str(exc))
+        if m and m.group(1) in kwargs:
+            raise ConfigError(f"env.{str(exc)[m.start(1):]}") from None
+        raise
 
 
 class TraceWindow:

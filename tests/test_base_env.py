@@ -252,6 +252,12 @@ def test_env_kwargs_of_the_wrong_kind_are_one_line(kw, msg):
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_bad_core_option_is_named_as_the_env_option_it_was_given_as():
+    """The prefill env's SBS core checks `window` under policy.prefill.window; given to the env, it is env.window."""
+    with pytest.raises(ConfigError, match=r"^env\.window: got 0"):
+        gym.make("pdgym/PrefillDispatch-v0", window=0)
+
+
 def test_a_scenario_that_leaves_no_decision_is_refused_at_reset():
     """md1_single_slot with skip_forced: every phase choice is forced, so the whole run went by inside reset() and
     step() could only refuse; reset says so and what to change. skip_forced=False leaves the decisions."""

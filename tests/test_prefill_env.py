@@ -175,7 +175,7 @@ def test_teacher_actions_follow_immediate_dispatch_in_allocation_mode():
     ({"tick_s": 0}, "env.tick_s"),
     ({"obs_requests": 0}, "env.obs_requests"),
     ({"reward_scale": 0}, "env.reward_scale"),
-    ({"n_limit": -1}, "policy.prefill.n_limit"),
+    ({"n_limit": -1}, "env.n_limit"),  # the SBS core checks it as policy.prefill.n_limit; here it is an env option
     ({"decode": "nope"}, "policy.decode.name"),
 ])
 def test_bad_kwargs_fail_with_one_line(kwargs, key):
