@@ -79,6 +79,14 @@ def full_pass_s(sim_cfg) -> float:
     return float(P0.cost.pass_time(full, full * full / 2, z, z))
 
 
+def over_chunk(sim_cfg, seed: int = 0) -> tuple[str, float]:
+    """(quantity, value) of the short-prompt regime that SBS's and PBAA's claims share: the share of the run's
+    prompts longer than the prefill chunk (such a prompt runs on in continuation passes, one DP unit busy)."""
+    prompts, _ = workload_lengths(sim_cfg, seed)
+    chunk = sim_cfg.cluster.prefill.chunk_tokens
+    return f"share of prompts longer than the {chunk}-token chunk", float(np.mean(prompts > chunk))
+
+
 def full_chunk_rate(sim_cfg) -> float:
     """Requests per second the prefill instances serve if every pass is full (`full_pass_s`), at the
     workload's mean prompt: the cost model's own capacity figure."""

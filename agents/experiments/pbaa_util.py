@@ -33,7 +33,6 @@ its source (hardware profile, assumed, measured), full_pass_s, full_pass_over_ta
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from pdgym.agents import plots
 from pdgym.envs.scenario import load_scenario
@@ -43,7 +42,7 @@ from tqdm import tqdm
 
 from .calibration import implied_mfu
 from .harness import Experiment, experiment, rising
-from .measure import at_rate, bracketed, full_pass_s, peak_rate, prefill_capacity, run_point, workload_lengths
+from .measure import at_rate, bracketed, full_pass_s, over_chunk, peak_rate, prefill_capacity, run_point
 
 
 def max_qps(exp: Experiment, point: str, sim_cfg, spec, target: float, rate_lo: float) -> float:
@@ -85,12 +84,10 @@ def run(exp: Experiment) -> dict:
     if missing:
         raise ConfigError(f"repro.ttft_target_s: no target for scenario(s) {', '.join(missing)}; "
                           f"give one per entry of repro.scenarios (has: {', '.join(targets)})")
-    for scen in p.scenarios:
+    for scen in p.scenarios:  # the run's own requests: num_requests of the scenario's workload
         sim_cfg = exp.scenario(scen)
-        prompts, _ = workload_lengths(at_rate(sim_cfg, sim_cfg.workload.rate, int(p.num_requests)), exp.seed)
-        chunk = sim_cfg.cluster.prefill.chunk_tokens
-        exp.regime(f"{scen} prompts", f"share of prompts longer than the {chunk}-token chunk",
-                   float(np.mean(prompts > chunk)), hi=float(p.max_over_chunk))
+        exp.regime(f"{scen} prompts", *over_chunk(at_rate(sim_cfg, sim_cfg.workload.rate, int(p.num_requests)),
+                                                  exp.seed), hi=float(p.max_over_chunk))
     rows = []
     jobs = [(s, v) for s in p.scenarios for v in variants]
     for scen, label in tqdm(jobs, desc="pbaa_util"):

@@ -43,7 +43,7 @@ from pdgym.agents import plots
 from tqdm import tqdm
 
 from .harness import Experiment, experiment, rising
-from .measure import bracketed, col, load_sweep, peak_rate, prefill_capacity, ratios, workload_lengths
+from .measure import bracketed, col, load_sweep, over_chunk, peak_rate, prefill_capacity, ratios, workload_lengths
 
 
 def queueing_ceiling(table: pd.DataFrame, n: int) -> list[float]:
@@ -93,10 +93,7 @@ def run(exp: Experiment) -> dict:
     imm, sbs = exp.spec(p.immediate), exp.spec(p.sbs)
     sim_cfg = exp.sim
     slo = ttft_target(p.get("ttft_target_s"), sim_cfg)
-    prompts, _ = workload_lengths(sim_cfg, exp.seed)
-    chunk = sim_cfg.cluster.prefill.chunk_tokens
-    exp.regime("short prompts", f"share of prompts longer than the {chunk}-token chunk",
-               float(np.mean(prompts > chunk)), hi=float(p.max_over_chunk))
+    exp.regime("short prompts", *over_chunk(sim_cfg, exp.seed), hi=float(p.max_over_chunk))
     bar = tqdm(total=4, desc="sbs_ttft")
     peak, capacity = sustainable_peak(exp, "short prompts", sim_cfg, imm, sbs, slo, int(p.peak_requests),
                                       int(p.capacity_requests), float(p.rate_lo), float(p.rate_hi))
