@@ -72,6 +72,16 @@ def cases() -> dict[str, tuple[str, tuple[str, ...], dict]]:
     return out
 
 
+# Floats are digested at 10 significant digits: NumPy's reductions (sums, dots, max over DP units) may round
+# their last bits differently on another CPU's SIMD width (AVX2 / AVX-512), which is not a behaviour change;
+# any change of a decision, an event order or a time model moves far more than that.
+FLOAT = "%.10g"
+
+
+def _rounded(metrics: dict) -> dict:
+    return {k: float(FLOAT % v) if isinstance(v, float) else v for k, v in metrics.items()}
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -85,9 +95,9 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
     metrics = res.metrics()
     metrics.pop("wall_time_s")
     return {
-        "metrics": _digest(json.dumps(metrics, sort_keys=True, default=str)),
-        "requests": _digest(res.requests.to_csv(index=False)),
-        "steps": _digest(res.step_table().to_csv(index=False)),
+        "metrics": _digest(json.dumps(_rounded(metrics), sort_keys=True, default=str)),
+        "requests": _digest(res.requests.to_csv(index=False, float_format=FLOAT)),
+        "steps": _digest(res.step_table().to_csv(index=False, float_format=FLOAT)),
         "finished": metrics["finished"],
         "rejected": metrics["rejected"],
     }
