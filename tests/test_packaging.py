@@ -26,7 +26,7 @@ def test_wheel_contains_every_module_config_and_trace(tmp_path):
     expected = []
     for src, dst in MAPPING.items():
         for f in (ROOT / src).rglob("*"):
-            if (f.suffix in (".py", ".yaml") or (src == "data" and f.suffix == ".csv")) and "__pycache__" not in f.parts:
+            if (f.suffix in (".py", ".yaml") or (src == "data" and f.suffix in (".csv", ".jsonl"))) and "__pycache__" not in f.parts:
                 expected.append(f"{dst}/{f.relative_to(ROOT / src).as_posix()}")
     missing = [e for e in expected if e not in names]
     assert not missing, f"not in the wheel: {missing[:10]}"

@@ -71,6 +71,24 @@ class WorkloadPhase:
 
 
 @dataclass
+class ChatConfig:
+    """Synthetic multi-turn chat with prefix blocks (workload.py "Prefix blocks"): sessions > 0 turns it on."""
+
+    sessions: int = 0  # concurrent conversations; each request is the next turn of one, drawn uniformly
+    system_tokens: int = 0  # a system prompt every conversation starts with
+    system_prompts: int = 1  # distinct system prompts (conversation s uses s mod system_prompts)
+    max_context: int = 32768  # a turn that would exceed this starts a new conversation in its session
+    block_tokens: int = 512  # tokens per hashed prefix block (Mooncake's traces use 512)
+
+    def validate(self, key: str) -> None:
+        for name, lo in (("sessions", 0), ("system_tokens", 0), ("system_prompts", 1), ("max_context", 1),
+                         ("block_tokens", 1)):
+            v = getattr(self, name)
+            check(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"{key}.{name}",
+                  f"got {v!r}; must be an integer >= {lo}")
+
+
+@dataclass
 class WorkloadConfig:
     """Traffic: an arrival process and length distributions, or a trace replay."""
 
@@ -90,16 +108,18 @@ class WorkloadConfig:
     trace: str | None = None  # CSV path or shipped name (azure_conv, azure_code, splitwise_conv)
     trace_offset: int = 0  # first trace row used (for held-out splits)
     # How a seed varies a trace replay (workload.py docstring): redraw = arrival times re-drawn by the
-    # seed around the trace's own rate curve; recorded = the recorded times (every seed identical).
+    # seed around the trace's own rate curve; recorded = the recorded times (every seed identical); process = the
+    # configured arrival process at `rate` (the trace gives lengths, blocks and order only).
     trace_arrivals: str = "redraw"
     trace_rate_rows: int = 32  # redraw: rows per piece of the trace's rate curve (32 keeps its burstiness)
     time_scale: float | None = None  # multiply trace inter-arrival times by this (alternative to rate)
     prefix_groups: int = 0  # > 0: each request gets a prefix key in [0, prefix_groups) ...
     prefix_frac: float = 0.5  # ... that covers this fraction of its prompt
     prefix_zipf: float = 0.0  # > 0: prefix keys Zipf-distributed with this exponent (0: uniform)
+    chat: ChatConfig = field(default_factory=ChatConfig)  # synthetic multi-turn prefix blocks (sessions > 0)
     phases: list[WorkloadPhase] | None = None  # concatenated segments (distribution shift)
 
-    TRACE_ARRIVALS = ("redraw", "recorded")
+    TRACE_ARRIVALS = ("redraw", "recorded", "process")
 
     def validate(self, key: str = "workload") -> None:
         check(int(self.num_requests) >= 1, f"{key}.num_requests", f"got {self.num_requests}; must be >= 1")
@@ -135,6 +155,13 @@ class WorkloadConfig:
         check(self.trace_offset >= 0, f"{key}.trace_offset", "must be >= 0")
         self.prompt.validate(f"{key}.prompt")
         self.output.validate(f"{key}.output")
+        self.chat.validate(f"{key}.chat")
+        if self.chat.sessions > 0:
+            check(self.prefix_groups == 0, f"{key}.chat.sessions",
+                  "cannot be combined with workload.prefix_groups (two prefix models); set one of them")
+            check(not self.phases, f"{key}.chat.sessions", "cannot be combined with workload.phases")
+            check(self.trace is None, f"{key}.chat.sessions",
+                  "cannot be combined with workload.trace (a trace brings its own blocks, or none)")
         for i, ph in enumerate(self.phases or []):
             check(ph.num_requests >= 1, f"{key}.phases[{i}].num_requests", "must be >= 1")
             if ph.rate is not None:
@@ -159,7 +186,14 @@ class InstanceConfig:
     batch_limit: int = 256  # running requests per DP unit (decode / colocated slots)
     kv_capacity_tokens: int | None = None  # per DP unit; None = derived from HBM left after weights
     mem_util: float = 0.9  # fraction of HBM usable for weights + KV when kv_capacity_tokens is None
-    prefix_cache_entries: int = 0  # per-DP LRU prefix cache size (prefix keys); 0 = off
+    prefix_cache_entries: int = 0  # per-DP LRU prefix cache size (prefix keys of workload.prefix_groups); 0 = off
+    # prefix-block KV cache per DP unit (prefill instances; used when the requests carry block hashes: a Mooncake
+    # trace or workload.chat), in tokens: null = what HBM leaves after the weights and the running KV (the longest
+    # prompt plus one chunk, prefix_cache.py); 0 = off; a huge value = unbounded
+    cache_tokens: int | None = None
+    cache_eviction: str = "lru"  # lru | fifo | belady (hindsight: evicts the block reused furthest in the future)
+    host_cache_tokens: int = 0  # second tier in host DRAM per DP unit (Mooncake's pool), tokens; 0 = off
+    host_cache_gbps: float = 50.0  # host -> HBM bandwidth per DP unit for a host-tier hit, GB/s (PCIe 5 x16 ~ 50)
     # prefill: after a pass that leaves work queued (a long prompt's next chunk), hold the next pass this long so
     # a batch the scheduler releases on the EndForward joins its idle DP units (> net_latency_s to catch it); 0 = off
     batch_form_s: float = 0.0
@@ -190,6 +224,13 @@ class InstanceConfig:
                   f"got {self.kv_capacity_tokens}; must be >= 1 (or null to derive it from HBM)")
         check(0 < self.mem_util <= 1, f"{key}.mem_util", f"got {self.mem_util}; allowed (0, 1]")
         check(self.prefix_cache_entries >= 0, f"{key}.prefix_cache_entries", "must be >= 0")
+        if self.cache_tokens is not None:
+            check(isinstance(self.cache_tokens, int) and self.cache_tokens >= 0, f"{key}.cache_tokens",
+                  f"got {self.cache_tokens!r}; must be an integer >= 0 (0: off; null: derived from HBM)")
+        check_choice(self.cache_eviction, f"{key}.cache_eviction", ("lru", "fifo", "belady"))
+        check(isinstance(self.host_cache_tokens, int) and self.host_cache_tokens >= 0, f"{key}.host_cache_tokens",
+              f"got {self.host_cache_tokens!r}; must be an integer >= 0 (0: no host tier)")
+        check_float(self.host_cache_gbps, f"{key}.host_cache_gbps", 0.0, math.inf, lo_open=True, hi_open=True)
         check_positive(self.batch_form_s, f"{key}.batch_form_s", allow_zero=True)
         check_choice(self.dp_dispatch, f"{key}.dp_dispatch", ("least_loaded", "round_robin"))
         if self.interference is not None:
@@ -228,6 +269,10 @@ class ClusterConfig:
             self.decode.validate(f"{key}.decode")
         else:
             self.colocated.validate(f"{key}.colocated")
+        for kind in ("decode", "colocated"):  # the prefix-block cache is a prefill-instance mechanism
+            inst = getattr(self, kind)
+            check(inst.cache_tokens is None and inst.host_cache_tokens == 0, f"{key}.{kind}.cache_tokens",
+                  "prefix-block caches are modelled on prefill instances only (cluster.prefill.cache_tokens)")
 
 
 @dataclass
@@ -370,6 +415,7 @@ _NESTED = {
     (WorkloadConfig, "prompt"): LengthConfig,
     (WorkloadConfig, "output"): LengthConfig,
     (WorkloadConfig, "phases"): WorkloadPhase,
+    (WorkloadConfig, "chat"): ChatConfig,
     (WorkloadPhase, "prompt"): LengthConfig,
     (WorkloadPhase, "output"): LengthConfig,
 }

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import requests as R
 from .colocated import ColocatedInstance
-from .config import ConfigError, SimConfig, check_seed, sim_config
+from .config import ConfigError, SimConfig, check, check_seed, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
 from .decode import DecodeInstance
 from .events import EventKind, PassKind
@@ -33,6 +33,7 @@ from .observers import Observer, PassStart
 from .points import POINTS
 from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
 from .prefill import PrefillInstance
+from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
 from .steplog import StepLog
 from .view import RunView
@@ -67,6 +68,9 @@ class Simulator:
 
         wl = make_workload(cfg.workload, wl_rng)
         self.req = RequestTable(wl.prompt, wl.output, wl.prefix_key, wl.prefix_len)
+        self.block_tokens = wl.block_tokens
+        if wl.block_ids is not None:
+            self.req.block_ids, self.req.block_off = wl.block_ids, wl.block_off
         self._arrivals = wl.arrival  # None in closed loop
         self._concurrency = wl.concurrency
         self._think = wl.think_s
@@ -125,9 +129,10 @@ class Simulator:
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
         dcost = build_cost_model(cost_cfg, hw, model, d)
-        self._kv_capacity(p, "cluster.prefill")  # a prefill unit holds a prompt's KV until it is sent to decode
+        pkv = self._kv_capacity(p, "cluster.prefill")  # a prefill unit holds a prompt's KV until it is sent to decode
+        blocks = self._block_setup(p, pkv)
         self.prefill = [PrefillInstance(self, i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
-                                        p.dp_dispatch)
+                                        p.dp_dispatch, blocks)
                         for i in range(n_prefill)]
         kv_cap = self._kv_capacity(d, "cluster.decode")
         self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
@@ -135,6 +140,25 @@ class Simulator:
         for inst in self.prefill[p.count:]:
             inst.up = False
         self._transfer = kv_transfer_fn(hw, model, cl.kv_link, cl.kv_transfer_base_s)
+
+    def _block_setup(self, p, kv_tokens: int) -> BlockSetup | None:
+        """The prefill units' prefix-block caches (prefix_cache.py), when the requests carry block hashes and
+        cluster.prefill.cache_tokens is not 0; the default capacity is what the KV leaves after the running
+        KV (the longest prompt plus one chunk)."""
+        req = self.req
+        if req.block_ids is None or p.cache_tokens == 0:
+            return None
+        bt = self.block_tokens
+        reserve = int(req.prompt.max()) + p.chunk_tokens
+        cap = cache_capacity(p.cache_tokens, kv_tokens, reserve, bt, "cluster.prefill.cache_tokens")
+        if p.host_cache_tokens:
+            check(p.host_cache_tokens >= bt, "cluster.prefill.host_cache_tokens",
+                  f"{p.host_cache_tokens} tokens is smaller than one block ({bt} tokens); 0 switches the tier off")
+        req.block_next = (next_uses(req.block_ids, req.block_off) if p.cache_eviction == "belady"
+                          else np.zeros(req.block_ids.shape[0], dtype=np.int64))
+        per_token = self.model.kv_bytes_per_token / (p.host_cache_gbps * 1e9)
+        self.cache_capacity_tokens = cap
+        return BlockSetup(cap, bt, p.cache_eviction, int(p.host_cache_tokens), per_token)
 
     def _build_colocated(self) -> None:
         c = self.cfg.cluster.colocated

@@ -14,6 +14,12 @@ Definitions (every table and leaderboard uses these names):
   scheduler / queued on a prefill device before the first pass.
 - throughput_tok_s, total_tok_s, rps, goodput_rps: per second of makespan (first arrival to
   last resolution); goodput counts finished requests meeting both SLOs.
+- prefix_hit_ratio: prompt tokens served by prefix-cache hits / all prompt tokens (token-weighted;
+  a hit is min(block_tokens x longest cached prefix, prompt - 1)); 0 without a cache.
+- recomputed_tokens: prompt tokens computed although one cluster-wide unbounded cache, replayed in
+  request order, would have served them (per request max(0, ideal hit - hit), summed): the
+  redundant prefill a cache-aware router or a larger cache could remove.
+- cache_evictions: blocks evicted from the prefill units' HBM prefix caches.
 """
 
 from __future__ import annotations
@@ -28,15 +34,17 @@ import pandas as pd
 
 from . import requests as R
 from .events import PassKind
+from .prefix_cache import sequential_hit_tokens
 from .validation import ConfigError, check_choice
 
+PREFIX_KEYS = ("prefix_hit_ratio", "recomputed_tokens", "cache_evictions")  # prefix-cache metrics
 PASS_KIND_NAMES = {int(k): k.name.lower() for k in PassKind}  # how steps.csv spells the kind column
 TABLE_FORMATS = ("csv", "parquet")  # `tables`: how requests / steps tables are written
 SUMMARY_KEYS = (
     "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
     "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
     "sched_queue_s", "device_queue_s", "finished", "rejected", "sim_time_s", "wall_time_s",
-)
+) + PREFIX_KEYS
 
 
 def _mean(x: np.ndarray) -> float:
@@ -60,7 +68,20 @@ class SimResult:
         self.slo = sim.cfg.slo
         self.requests = self._request_table(sim.req, share=sim.finished_run)
         self.steps = sim.steps.frame()
+        self.cache = self._cache_counts(sim)
         self._summary: dict | None = None
+
+    @staticmethod
+    def _cache_counts(sim) -> dict:
+        """recomputed_tokens and cache_evictions (module docstring), from the run's block caches."""
+        req = sim.req
+        out = {"recomputed_tokens": 0, "cache_evictions": 0}
+        if req.block_ids is None:
+            return out
+        ideal = sequential_hit_tokens(req.block_ids, req.block_off, req.prompt, sim.block_tokens)
+        out["recomputed_tokens"] = int(np.maximum(ideal - req.cached, 0).sum())
+        out["cache_evictions"] = int(sum(c.hbm.evictions for p in sim.prefill for c in (p.bcaches or ())))
+        return out
 
     @staticmethod
     def _request_table(req: R.RequestTable, share: bool = False) -> pd.DataFrame:
@@ -136,6 +157,8 @@ class SimResult:
             "rejected": int((r.status == "rejected").sum()),
             "sim_time_s": span,
             "wall_time_s": float(self.wall_time_s),
+            "prefix_hit_ratio": float(r.cached.sum()) / max(float(r.prompt.sum()), 1.0),
+            **self.cache,
         }
         self._summary = out
         return dict(out)

@@ -17,9 +17,11 @@ import numpy as np
 
 from . import requests as R
 from .events import EventKind, PassKind
+from .prefix_cache import UnitCache
 
 if TYPE_CHECKING:  # pragma: no cover
     from .host import Host
+    from .prefix_cache import BlockSetup
 
 PREFILL_END, PREFILL_START = int(EventKind.PREFILL_END), int(EventKind.PREFILL_START)
 PREFILL_PASS = int(PassKind.PREFILL)
@@ -48,7 +50,7 @@ class PrefillInstance:
     """One prefill instance; its methods are the engine's transitions for it."""
 
     def __init__(self, sim: Host, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int,
-                 batch_form_s: float = 0.0, dp_dispatch: str = "least_loaded"):
+                 batch_form_s: float = 0.0, dp_dispatch: str = "least_loaded", blocks: BlockSetup | None = None):
         self.sim = sim
         self.idx = idx
         self.dp = dp
@@ -74,6 +76,13 @@ class PrefillInstance:
         self.completing: list[int] = []  # requests whose prefill ends with the current pass
         self.lost: list[int] = []  # requests stranded by a failure, returned once it is detected
         self.caches = [PrefixCache(cache_entries) for _ in range(dp)] if cache_entries > 0 else None
+        # prefix-block KV caches, one per DP unit (prefix_cache.py), when the requests carry block hashes
+        self.blocks = blocks
+        self.bcaches = None if blocks is None else [
+            UnitCache(blocks.capacity_tokens, blocks.block_tokens, blocks.eviction, blocks.host_tokens)
+            for _ in range(dp)]
+        self.host_load: dict[int, float] = {}  # request -> seconds to load its host-tier hit before its first pass
+        self.locked: dict[int, int] = {}  # request -> blocks it locked on its unit (matched at dispatch)
         self._zeros = np.zeros(dp)
 
     def pick_unit(self) -> int:
@@ -88,8 +97,38 @@ class PrefillInstance:
         """Tokens each DP unit still has to process (wire + queue + current pass)."""
         return self.queued_tokens + self.inflight_tokens + self.running_tokens
 
+    def chain(self, rid: int) -> list[int]:
+        """The prefix-block hashes of request `rid`'s prompt."""
+        req = self.sim.req
+        return req.block_ids[req.block_off[rid]:req.block_off[rid + 1]].tolist()
+
+    def cache_hits(self, rid: int) -> tuple[list[int], list[int]]:
+        """Per DP unit: prompt tokens of `rid` its prefix-block cache would serve now, and how many of them sit
+        in the host tier (to be loaded). Zeros without block caches."""
+        if self.bcaches is None:
+            return [0] * self.dp, [0] * self.dp
+        req = self.sim.req
+        chain = self.chain(rid)
+        cap = int(req.work[rid]) - 1
+        bt = self.blocks.block_tokens
+        hits, host = [], []
+        for c in self.bcaches:
+            m, h = c.match(chain)
+            hit = min(m * bt, cap)
+            hits.append(hit)
+            host.append(min(h * bt, hit))
+        return hits, host
+
+    def cache_fill(self) -> list[float]:
+        """Per DP unit: the fraction of the HBM prefix-cache capacity in use (empty without block caches)."""
+        if self.bcaches is None:
+            return []
+        return [len(c.hbm) / max(c.hbm.capacity, 1) for c in self.bcaches]
+
     def prefix_hit(self, rid: int, dp: int) -> int:
         """Prompt tokens of `rid` that the prefix cache of unit `dp` would serve now."""
+        if self.bcaches is not None:
+            return self.cache_hits(rid)[0][dp]
         req = self.sim.req
         key = int(req.prefix_key[rid])
         if self.caches is None or key < 0 or key not in self.caches[dp]:
@@ -111,9 +150,40 @@ class PrefillInstance:
                 req.cached[rid] = hit
                 req.work[rid] = work = work - hit
             cache.touch(key)
+        elif self.bcaches is not None and req.done[rid] == 0:
+            work = self._match_blocks(rid, dp, int(work))
         self.inflight_tokens[dp] += work
         self.depth += 1
         return dp
+
+    def _match_blocks(self, rid: int, dp: int, work: int) -> int:
+        """Dispatch to unit `dp`: the cached prefix comes off the work and its blocks are locked there."""
+        req = self.sim.req
+        lo, hi = int(req.block_off[rid]), int(req.block_off[rid + 1])
+        chain = req.block_ids[lo:hi].tolist()
+        cache = self.bcaches[dp]
+        m, h = cache.match(chain)
+        if m == 0:
+            return work
+        bt = self.blocks.block_tokens
+        hit = min(m * bt, work - 1)
+        req.cached[rid] = hit
+        cache.lock(chain[:m], req.block_next[lo:lo + m].tolist())
+        self.locked[rid] = m
+        if h:
+            self.host_load[rid] = min(h * bt, hit) * self.blocks.host_s_per_token
+        return work - hit
+
+    def _admit_blocks(self, rid: int) -> None:
+        """Its prefill completed: its chain enters its unit's cache, and its locks are released."""
+        req = self.sim.req
+        lo, hi = int(req.block_off[rid]), int(req.block_off[rid + 1])
+        chain = req.block_ids[lo:hi].tolist()
+        cache = self.bcaches[int(req.prefill_dp[rid])]
+        cache.admit(chain, req.block_next[lo:hi].tolist())
+        m = self.locked.pop(rid, 0)
+        if m:
+            cache.unlock(chain[:m])
 
     def arrive(self, rid: int) -> None:
         """The dispatched request reaches the device (or is refused by a dead instance)."""
@@ -152,6 +222,8 @@ class PrefillInstance:
         chunk = self.chunk_tokens
         tokens = np.zeros(dp)
         attn = np.zeros(dp)
+        load = self.host_load
+        load_s = 0.0  # host-tier KV loads of requests starting here, serialised before the pass (no overlap)
         completing = []
         now = sim.now
         work, prompt, done = req.work, req.prompt, req.done
@@ -173,6 +245,8 @@ class PrefillInstance:
                 work[rid] = rem - take
                 if math.isnan(req.prefill_start[rid]):
                     req.start_prefill(rid, now)
+                    if load:
+                        load_s = max(load_s, load.pop(rid, 0.0))
                 if take == rem:
                     n_done += 1
                 if cap == 0:
@@ -184,7 +258,7 @@ class PrefillInstance:
         self.queued_tokens -= tokens.astype(np.int64)
         self.running_tokens[:] = tokens
         z = self._zeros
-        dur = self.cost.pass_time(tokens, attn, z, z)
+        dur = self.cost.pass_time(tokens, attn, z, z) + load_s
         self.busy = True
         self.pass_start = now
         self.pass_end = now + dur
@@ -203,6 +277,9 @@ class PrefillInstance:
         self.n_passes += 1
         fwd = sim.now - self.pass_start
         self.last_fwd = fwd
+        if self.bcaches is not None:
+            for rid in self.completing:
+                self._admit_blocks(rid)
         for rid in self.completing:
             self.depth -= 1
             sim.prefill_done(rid)
@@ -231,4 +308,9 @@ class PrefillInstance:
         self.depth -= len(stranded)
         self.queued_tokens[:] = 0
         self.running_tokens[:] = 0
+        if self.bcaches is not None:
+            for c in self.bcaches:
+                c.clear()
+            self.locked.clear()
+            self.host_load.clear()
         return stranded

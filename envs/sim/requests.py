@@ -56,6 +56,10 @@ class RequestTable:
         self.done = np.zeros(n, dtype=np.int64)  # output tokens produced so far
         self.work = self.prompt.copy()  # prefill tokens still to compute (prompt + done on recompute)
         self.cached = np.zeros(n, dtype=np.int64)  # prompt tokens served by a prefix-cache hit
+        # prefix-block hashes (flat, CSR: request i's are block_ids[block_off[i]:block_off[i + 1]]); None without
+        self.block_ids: np.ndarray | None = None
+        self.block_off: np.ndarray | None = None
+        self.block_next: np.ndarray | None = None  # per position: next request using that block (belady only)
         self.prefill_inst = np.full(n, -1, dtype=np.int32)
         self.prefill_dp = np.full(n, -1, dtype=np.int32)
         self.decode_inst = np.full(n, -1, dtype=np.int32)

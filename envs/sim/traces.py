@@ -1,18 +1,25 @@
-"""Trace files: the shipped traces by name, and CSV traces in the Azure or the vidur format.
+"""Trace files: the shipped traces by name, CSV traces in the Azure or the vidur format, and
+Mooncake's JSON lines with prefix-block hashes.
 
 Azure: `TIMESTAMP,ContextTokens,GeneratedTokens` (a numeric TIMESTAMP is seconds, anything else a
-date-time); vidur: `num_prefill_tokens,num_decode_tokens[,arrived_at]` (seconds). `read_trace` parses a
-file once (cached by path, size and mtime) into read-only arrays and rejects a malformed file with one
-`ConfigError` line naming the key, the line and the column; how a trace becomes a workload (windows,
-rescaling, re-drawn arrival times) is `workload.py`'s business.
+date-time); vidur: `num_prefill_tokens,num_decode_tokens[,arrived_at]` (seconds); Mooncake (FAST'25):
+one JSON object a line, `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (the hashes of the
+prompt's 512-token blocks, `len == ceil(input_length / 512)`). The format is read from the content (a
+file whose first character is `{` is JSON lines); a `.csv` / `.jsonl` name that disagrees with it is
+refused. The block hashes become two flat arrays (CSR: `block_ids`, `block_off`), never per-request
+lists. `read_trace` parses a file once (cached by path, size and mtime) into read-only arrays and
+rejects a malformed file with one `ConfigError` line naming the key, the line and the field; how a trace
+becomes a workload (windows, rescaling, re-drawn arrival times) is `workload.py`'s business.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import pathlib
+import stat
 from dataclasses import dataclass
 from importlib import resources
 
@@ -26,7 +33,10 @@ SHIPPED_TRACES: dict[str, str] = {
     "azure_conv": "AzureLLMInferenceTrace_conv.csv",
     "azure_code": "AzureLLMInferenceTrace_code.csv",
     "splitwise_conv": "splitwise_conv.csv",
+    "mooncake_conv": "mooncake_conversation_trace.jsonl",
 }
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per hashed prefix block in Mooncake's traces
+MAX_TRACE_BYTES = 256 * 2**20  # a trace file larger than this is refused before it is read (the shipped ones: < 4 MB)
 
 _AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _VIDUR_COLS = ("num_prefill_tokens", "num_decode_tokens")
@@ -40,7 +50,7 @@ COLUMN_ALIASES = {
 
 
 def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.Path:
-    """Resolve a shipped trace name (azure_conv, azure_code, splitwise_conv) or a CSV path."""
+    """Resolve a shipped trace name (azure_conv, azure_code, splitwise_conv, mooncake_conv) or a file path."""
     if not isinstance(spec, (str, os.PathLike)) or str(spec) == "":
         raise ConfigError(f"{key}: got {spec!r}; give a CSV path or a shipped name: {', '.join(SHIPPED_TRACES)}")
     if isinstance(spec, str) and spec in SHIPPED_TRACES:
@@ -53,7 +63,7 @@ def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.
     if path.is_file():
         return path
     looks_like_path = (os.sep in s or "/" in s or s.startswith((".", "~"))
-                       or path.suffix.lower() in (".csv", ".gz", ".bz2", ".zip", ".xz"))
+                       or path.suffix.lower() in (".csv", ".jsonl", ".json", ".gz", ".bz2", ".zip", ".xz"))
     if path.exists():
         raise ConfigError(f"{key}: {s!r} is not a file; give a CSV file or a shipped name: "
                           f"{', '.join(SHIPPED_TRACES)}")
@@ -71,6 +81,10 @@ class Trace:
     output: np.ndarray  # int64
     times: np.ndarray | None  # float64 seconds since the first row of the file, or None
     name: str
+    # prefix blocks (Mooncake): the hashes of request i's blocks are block_ids[block_off[i]:block_off[i + 1]]
+    block_ids: np.ndarray | None = None  # int64, flat
+    block_off: np.ndarray | None = None  # int64 [rows + 1]
+    block_tokens: int = 0  # tokens per block (0: no block hashes)
 
 
 MAX_TRACE_TOKENS = 10**9  # tokens in one request's prompt or output
@@ -143,9 +157,99 @@ def _plain(v) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
+def _sniff_jsonl(path: str, key: str) -> bool:
+    """True when the file's first non-blank character opens a JSON object (Mooncake's JSON lines)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path!r} ({type(exc).__name__}: {_first_line(exc)})") from None
+    is_json = head.startswith(b"{")
+    suffix = pathlib.Path(path).suffix.lower()
+    if suffix == ".csv" and is_json:
+        raise ConfigError(f"{key}: {path!r} is named .csv but holds JSON lines (Mooncake format); "
+                          "rename it .jsonl or give the CSV trace")
+    if suffix in (".jsonl", ".json") and not is_json:
+        raise ConfigError(f"{key}: {path!r} is named {suffix} but does not hold JSON lines (Mooncake format: "
+                          "one {\"timestamp\", \"input_length\", \"output_length\", \"hash_ids\"} object a line); "
+                          "an Azure or vidur trace is a .csv")
+    return is_json
+
+
+_MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _read_mooncake(path: str, key: str) -> Trace:
+    """Mooncake JSON lines -> a Trace with flat block arrays; one line per error, naming file, line and field."""
+    prompt, output, times, ids, off = [], [], [], [], [0]
+    bt = MOONCAKE_BLOCK_TOKENS
+    where = f"{key}: {path}"
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below; a failed open is one line
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read ({type(exc).__name__}: {_first_line(exc)})") from None
+    with fh:
+        try:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{where} line {n}: malformed JSON ({_first_line(exc, 80)})") from None
+                if not isinstance(row, dict):
+                    raise ConfigError(f"{where} line {n}: expected a JSON object with {', '.join(_MOONCAKE_FIELDS)}")
+                for f in _MOONCAKE_FIELDS:
+                    if f not in row:
+                        raise ConfigError(f"{where} line {n}: field {f} missing; each line needs "
+                                          f"{', '.join(_MOONCAKE_FIELDS)}")
+                t = row["timestamp"]
+                if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+                    raise ConfigError(f"{where} line {n}: field timestamp is {_plain(t)}; must be a number of ms >= 0")
+                if times and t < times[-1]:
+                    raise ConfigError(f"{where} line {n}: field timestamp decreases ({_plain(t)} after "
+                                      f"{_plain(times[-1])}); rows must be sorted by time")
+                lens = []
+                for f in ("input_length", "output_length"):
+                    v = row[f]
+                    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TRACE_TOKENS:
+                        raise ConfigError(f"{where} line {n}: field {f} is {_plain(v)}; token counts must be "
+                                          f"integers in [1, {MAX_TRACE_TOKENS:,}]")
+                    lens.append(v)
+                h = row["hash_ids"]
+                if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+                                                      for x in h):
+                    raise ConfigError(f"{where} line {n}: field hash_ids must be a list of integers in [0, 2**63)")
+                need = -(-lens[0] // bt)
+                if len(h) != need:
+                    raise ConfigError(f"{where} line {n}: field hash_ids has {len(h)} blocks; input_length "
+                                      f"{lens[0]} needs ceil({lens[0]} / {bt}) = {need}")
+                prompt.append(lens[0])
+                output.append(lens[1])
+                times.append(t)
+                ids.extend(h)
+                off.append(len(ids))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: not UTF-8 text ({_first_line(exc, 80)})") from None
+    if not prompt:
+        raise ConfigError(f"{where}: empty trace (no JSON lines)")
+    arrays = [np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
+              (np.asarray(times, dtype=np.float64) - times[0]) / 1000.0,
+              np.asarray(ids, dtype=np.int64), np.asarray(off, dtype=np.int64)]
+    for a in arrays:
+        a.setflags(write=False)
+    return Trace(prompt=arrays[0], output=arrays[1], times=arrays[2], name=path, block_ids=arrays[3],
+                 block_off=arrays[4], block_tokens=bt)
+
+
 @functools.lru_cache(maxsize=16)
 def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
-    del mtime_ns, size  # cache key only: a rewritten file is read again
+    del mtime_ns  # cache key only: a rewritten file is read again
+    if size > MAX_TRACE_BYTES:
+        raise ConfigError(f"{key}: {path!r} is {size / 2**20:.0f} MiB; traces are limited to "
+                          f"{MAX_TRACE_BYTES // 2**20} MiB (split it, or replay a window of it)")
+    if _sniff_jsonl(path, key):
+        return _read_mooncake(path, key)
     try:
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
@@ -189,6 +293,8 @@ def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
     """The parsed trace of a shipped name or a CSV path (parsed once per file version)."""
     path = trace_path(spec, key)
     st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{key}: {str(path)!r} is not a regular file")
     return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
 
 

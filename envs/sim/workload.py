@@ -52,6 +52,8 @@ num_prefill_tokens,num_decode_tokens[,arrived_at]):
       traffic. The window itself is chosen by `trace_offset` (conf/splits gives each run of a
       train / val / test split its own rows, so splits stay disjoint whatever the seed).
       `trace_arrivals: recorded` replays the recorded times exactly (every seed identical);
+      `trace_arrivals: process` ignores them: the rows (lengths, blocks, order) arrive by the configured
+      open-loop `arrival` process at `rate` (e.g. deterministic spacing, so no two prefills overlap);
     * a numeric TIMESTAMP column is seconds (Azure traces export seconds since the start); any
       other TIMESTAMP is parsed as date-times;
     * a trace without times (vidur without arrived_at) gets arrivals from the configured process
@@ -63,6 +65,18 @@ Prefixes: with `prefix_groups` G > 0 every request gets a key drawn uniformly fr
 prefix_len = floor(prefix_frac * prompt). A request whose prefix_len would be 0 gets key -1 (no
 prefix), so key == -1 exactly when prefix_len == 0. (If the config ever grows a `prefix_zipf`
 exponent s >= 0, keys follow P(k) ~ 1 / (k + 1)^s instead; s = 0 is uniform.)
+
+Prefix blocks: a request may carry the hashes of its prompt's blocks (`block_tokens` tokens each, the last
+one partial): two requests whose first k hashes agree share the KV of their first k blocks. They live
+as two flat arrays (`block_ids`, `block_off`: request i's hashes are block_ids[block_off[i]:block_off[i+1]]).
+A Mooncake trace brings them (every replay mode keeps the row order, so a conversation's turns stay in
+order); `workload.chat.sessions` S > 0 draws them: each request is the next turn of one of S sessions
+(uniform), its prompt = the session's system prompt (`system_tokens`, one of `system_prompts`) + the
+conversation so far (earlier prompts and outputs) + a new message of the drawn prompt length; a turn
+that would pass `max_context` starts a new conversation. A block's hash is shared exactly when its whole
+content and everything before it is: complete system-prompt blocks across every session with that
+system prompt, complete blocks of a conversation across its turns; a prompt's last, partial block is
+its own.
 
 Phases (`workload.phases` non-empty): the workload is the concatenation of the phases, each with its
 own `num_requests` and prompt / output lengths; `workload.num_requests` is ignored (the total is the
@@ -105,6 +119,9 @@ class Workload:
     prefix_len: np.ndarray  # int64 [n], prompt tokens covered by the prefix (0 if none), <= prompt
     concurrency: np.ndarray | None  # int64 [n] closed loop: requests allowed in flight at release of i
     think_s: float = 0.0  # closed loop: delay from a completion to the next release
+    block_ids: np.ndarray | None = None  # int64 flat prefix-block hashes (None: no block data)
+    block_off: np.ndarray | None = None  # int64 [n + 1] offsets into block_ids
+    block_tokens: int = 0  # tokens per block (0: no block data)
 
     def __post_init__(self) -> None:
         self.prompt = np.asarray(self.prompt, dtype=np.int64)
@@ -301,6 +318,41 @@ def _prefixes(cfg: WorkloadConfig, prompt: np.ndarray, rng: np.random.Generator)
     return key, plen
 
 
+def _chat_blocks(cfg: WorkloadConfig, new: np.ndarray, output: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Multi-turn sessions (module docstring): prompts grown by their conversation, and their block hashes."""
+    ch = cfg.chat
+    n, bt, sys_t = new.shape[0], int(ch.block_tokens), int(ch.system_tokens)
+    session = rng.integers(0, int(ch.sessions), size=n)
+    hist = [0] * int(ch.sessions)  # tokens of the conversation so far (after the system prompt)
+    conv = list(range(int(ch.sessions)))  # conversation id of each session (a restart takes a new one)
+    next_conv = int(ch.sessions)
+    ids: dict[tuple, int] = {}
+    prompt = np.empty(n, dtype=np.int64)
+    flat: list[int] = []
+    off = [0]
+    for i in range(n):
+        s = int(session[i])
+        m = int(new[i])
+        if sys_t + hist[s] + m > int(ch.max_context) and hist[s] > 0:
+            hist[s] = 0
+            conv[s] = next_conv
+            next_conv += 1
+        length = sys_t + hist[s] + m
+        prompt[i] = length
+        sp = s % int(ch.system_prompts)
+        full = length // bt
+        for k in range(-(-length // bt)):
+            if k < full:
+                key = ("s", sp, k) if (k + 1) * bt <= sys_t else ("c", conv[s], sp, k)
+            else:
+                key = ("p", i)  # the partial last block: its content is this prompt's alone
+            flat.append(ids.setdefault(key, len(ids)))
+        off.append(len(flat))
+        hist[s] += m + int(output[i])
+    return prompt, np.asarray(flat, dtype=np.int64), np.asarray(off, dtype=np.int64)
+
+
 # --------------------------------------------------------------------------- workload
 def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     """Build the requests of one run from `cfg`, drawing every random number from `rng`."""
@@ -351,12 +403,18 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
             t0 = float(a[-1])
     prompt = np.concatenate(prompts)
     output = np.concatenate(outputs)
+    blocks = {}
+    if cfg.chat.sessions > 0:  # drawn after everything else, so a run without chat draws what it always did
+        prompt, ids, off = _chat_blocks(cfg, prompt, output, rng)
+        check(int(prompt.max()) <= int(cfg.prompt.max) + int(cfg.chat.max_context), "workload.chat.max_context",
+              "a turn grew past max_context")
+        blocks = {"block_ids": ids, "block_off": off, "block_tokens": int(cfg.chat.block_tokens)}
     key, plen = _prefixes(cfg, prompt, rng)
     return Workload(prompt=prompt, output=output,
                     arrival=None if closed else np.concatenate(arrivals),
                     prefix_key=key, prefix_len=plen,
                     concurrency=np.concatenate(concs) if closed else None,
-                    think_s=float(cfg.think_s) if closed else 0.0)
+                    think_s=float(cfg.think_s) if closed else 0.0, **blocks)
 
 
 def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
@@ -375,7 +433,7 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
         check_positive(cfg.time_scale, "workload.time_scale")
     closed = cfg.arrival == "closed"
     arrival = None
-    if not closed and tr.times is not None:
+    if not closed and tr.times is not None and cfg.trace_arrivals != "process":
         recorded = tr.times[off:off + n] - tr.times[off]
         span = float(recorded[-1])
         arrival = recorded if cfg.trace_arrivals == "recorded" else _redraw(recorded, int(cfg.trace_rate_rows), rng)
@@ -389,6 +447,8 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
                           "with dist=empirical lengths from the trace for a rate)", WorkloadWarning, stacklevel=3)
     elif not closed:
         kind = cfg.arrival
+        check(not (kind == "trace" and cfg.trace_arrivals == "process"), "workload.arrival",
+              "trace_arrivals=process needs an open-loop arrival process (poisson, deterministic, ...), not trace")
         if kind == "trace":
             warnings.warn(f"workload.arrival: trace {cfg.trace!r} has no arrival times; using poisson arrivals "
                           f"at workload.rate={cfg.rate}", WorkloadWarning, stacklevel=3)
@@ -398,9 +458,14 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
                           WorkloadWarning, stacklevel=3)
         arrival = _arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng)
     key, plen = _prefixes(cfg, prompt, rng)
+    blocks = {}
+    if tr.block_ids is not None:
+        lo, hi = int(tr.block_off[off]), int(tr.block_off[off + n])
+        blocks = {"block_ids": tr.block_ids[lo:hi].copy(), "block_off": tr.block_off[off:off + n + 1] - lo,
+                  "block_tokens": tr.block_tokens}
     return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
                     concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,
-                    think_s=float(cfg.think_s) if closed else 0.0)
+                    think_s=float(cfg.think_s) if closed else 0.0, **blocks)
 
 
 def _redraw(recorded: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
