@@ -73,6 +73,10 @@ class ShadowView:
     def disaggregated(self) -> bool:
         return self._sim.disaggregated
 
+    @property
+    def block_tokens(self) -> int:
+        return self._sim.block_tokens
+
     def healthy_prefill(self) -> list[int]:
         return self._sim.healthy_prefill()
 

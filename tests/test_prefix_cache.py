@@ -73,6 +73,8 @@ def test_unbounded_hit_ratio_equals_a_sequential_replay(unbounded):
     assert got["recomputed_tokens"] == 0 and got["cache_evictions"] == 0
     r = unbounded.requests
     assert (r.cached <= r.prompt - 1).all()
+    # a hit removes its tokens from the passes' compute: the passes carried exactly the uncached prompt tokens
+    assert unbounded.steps[unbounded.steps.kind == 0].tokens.sum() == (r.prompt - r.cached).sum() > 0
     assert (r.first_token.to_numpy()[:-1] < r.dispatch.to_numpy()[1:]).all(), "prefills overlapped: not sequential"
 
 

@@ -172,6 +172,7 @@ class PrefillInstance:
         self.locked[rid] = m
         if h:
             self.host_load[rid] = min(h * bt, hit) * self.blocks.host_s_per_token
+        req.work[rid] = work - hit
         return work - hit
 
     def _admit_blocks(self, rid: int) -> None:

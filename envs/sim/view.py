@@ -31,7 +31,9 @@ VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill
 
 # Engine attributes a view hands out as they are: immutable values, bound query and action methods.
 SHARED = ("disaggregated", "rng", "healthy_prefill", "prefix_hit", "fill_prefill", "dispatch", "reject", "set_timer",
-          "admit", "pause")
+          "admit", "pause", "block_tokens")
+# Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
+BLOCKS = ("block_ids", "block_off")
 
 
 class OracleError(RuntimeError):
@@ -51,6 +53,9 @@ class RequestView:
         self.n = table.n
         for name in VISIBLE:
             setattr(self, name, _read_only(getattr(table, name)))
+        for name in BLOCKS:
+            a = getattr(table, name)
+            setattr(self, name, None if a is None else _read_only(a))
         self._output = _read_only(table.output) if oracle else None
 
     @property
@@ -81,6 +86,7 @@ class SimView(Protocol):
     disaggregated: bool
     rng: np.random.Generator  # the policies' random generator
     tokens_out: int
+    block_tokens: int  # tokens per prefix block of req.block_ids (0: the workload has no block hashes)
 
     def healthy_prefill(self) -> list[int]: ...
 
