@@ -136,12 +136,14 @@ def _pass_segments(t: np.ndarray, dur: np.ndarray, y: np.ndarray) -> tuple[np.nd
     return xs, ys
 
 
-def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "", requests: pd.DataFrame | None = None
+                        ) -> Path | None:
     """Per-instance time series from the step table as steps.csv holds it (pass kinds by name),
     one panel per quantity: prefill tokens per pass,
     decode batch (requests), KV tokens per DP unit (max, and min dashed), utilisation (chunk
     or batch slots) and barrier idle. Each pass holds its value over [t, t + dur]; lines break
-    where the instance sat idle."""
+    where the instance sat idle. With a prefix cache (`requests` with cached tokens), a last panel
+    gives each prefill instance's token hit ratio over its last 100 dispatched requests."""
     if not len(steps):
         return None
     s = steps
@@ -153,7 +155,9 @@ def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "") -> Pat
         ("barrier idle_frac\n(steps table)", s.kind.notna(), lambda g: g.idle_frac),
     ]
     panels = [p for p in panels if p[1].any()]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.9 * len(panels) + 0.6), sharex=True, squeeze=False)
+    hits = requests is not None and "cached" in requests and bool((requests.cached > 0).any())
+    n_axes = len(panels) + int(hits)
+    fig, axes = plt.subplots(n_axes, 1, figsize=(10, 1.9 * n_axes + 0.6), sharex=True, squeeze=False)
     groups = list(s.groupby(["kind", "inst"], sort=False))
     colors = {key: plt.get_cmap("tab10")(i % 10) for i, (key, _) in enumerate(groups)}
     for ax, (ylabel, mask, value) in zip(axes[:, 0], panels):
@@ -167,6 +171,14 @@ def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "") -> Pat
                 xs, ys = _pass_segments(g.t.to_numpy(), g.dur.to_numpy(), g.kv_min.to_numpy(dtype=float))
                 ax.plot(xs, ys, lw=0.6, ls="--", color=colors[(role, inst)])
         ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(alpha=0.3)
+    if hits:
+        ax = axes[len(panels), 0]
+        r = requests[requests.prefill_inst >= 0].sort_values("dispatch")
+        for inst, g in r.groupby("prefill_inst"):
+            ratio = g.cached.rolling(100, min_periods=10).sum() / g.prompt.rolling(100, min_periods=10).sum()
+            ax.plot(g.dispatch, ratio, lw=0.7, color=colors.get(("prefill", inst), "gray"))
+        ax.set_ylabel("prefix hit ratio\n(tokens, last 100 req.)", fontsize=8)
         ax.grid(alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     for ax in axes[1:, 0]:

@@ -49,7 +49,7 @@ def write_run_views(result, out: Path, passes: list[PassRecord] | None = None, t
     steps = result.step_table()
     if len(steps):
         with atomic_path(out / "instance_timeseries.png") as tmp:
-            plots.instance_timeseries(steps, tmp, title)
+            plots.instance_timeseries(steps, tmp, title, result.requests)
         written.append(out / "instance_timeseries.png")
     if passes is not None:
         write_trace(out / "trace.json", passes, result.requests, meta={"title": title, "seed": result.seed})

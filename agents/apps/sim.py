@@ -21,7 +21,7 @@ from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
 from pdgym.envs.sim.config import ConfigError, check, check_seed
-from pdgym.envs.sim.metrics import atomic_path, check_table_format
+from pdgym.envs.sim.metrics import PREFIX_KEYS, atomic_path, check_table_format
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
@@ -82,7 +82,8 @@ def metrics_table(rows: dict[str, dict], title: str) -> Table:
     t.add_column("metric")
     for label in rows:
         t.add_column(label, justify="right")
-    for k in SHOWN:
+    cache = any(m.get(k) for m in rows.values() for k in PREFIX_KEYS)  # prefix-cache rows where a run has a cache
+    for k in SHOWN + (PREFIX_KEYS if cache else ()):
         t.add_row(k, *[_fmt(m.get(k)) for m in rows.values()])
     return t
 
