@@ -181,6 +181,18 @@ def group_options(group: str) -> list[str]:
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--shell-completion", "-sc", "--experimental-rerun"}
 _INFO_VALUES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+# Hydra's rerun flag unpickles the file it names (code runs from a file): no pdgym app needs it. argparse takes any
+# unambiguous prefix of a long flag (--exp FILE), and it is Hydra's only flag starting with --e.
+_REFUSED_FLAG = "--experimental-rerun"
+
+
+def refuse_rerun(flags: list[str], app: str) -> None:
+    """Fail with one line if a flag is (a prefix argparse would expand to) --experimental-rerun."""
+    for f in flags:
+        name = f.split("=", 1)[0]
+        if name.startswith("--e") and _REFUSED_FLAG.startswith(name):
+            fail(app, f"{name}: not accepted by pdgym (it would unpickle a file, running its code); "
+                      f"rerun a job with its overrides from the run folder's .hydra/overrides.yaml instead")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -495,6 +507,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             if rewrite_argv is not None:
                 args = rewrite_argv(args)
             flags, overrides = split_argv(args)
+            refuse_rerun(flags, app)
             if any(f in ("--help", "-h") for f in flags):
                 print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
                 raise SystemExit(0)

@@ -27,6 +27,7 @@ from pdgym.agents.common import (
     compose_checked,
     fail,
     one_line_errors,
+    refuse_rerun,
     show_each_warning_once,
     sim_config_from,
     split_argv,
@@ -42,6 +43,28 @@ APP = "pdgym-repro"
 def available() -> list[str]:
     root = importlib.resources.files("pdgym.conf") / "repro"
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def own_runners() -> dict[str, str]:
+    """{runner: reproduction} of the runners the reproductions' own configs (conf/repro/*.yaml) name: the only
+    `repro.runner` values accepted, so a command line cannot import and call an arbitrary `module:callable`."""
+    root = importlib.resources.files("pdgym.conf") / "repro"
+    out = {}
+    for name in available():
+        runner = OmegaConf.select(OmegaConf.create((root / f"{name}.yaml").read_text()), "repro.runner")
+        if isinstance(runner, str):
+            out[runner] = name
+    return out
+
+
+def check_runner(value) -> tuple[str, str]:
+    """(module, function) of `repro.runner`, or a ConfigError when it is not one of the reproductions' own."""
+    runners = own_runners()
+    if not isinstance(value, str) or value not in runners:
+        raise ConfigError(f"repro.runner: got {value!r}; allowed: the reproductions' own runners "
+                          f"({', '.join(sorted(runners))})")
+    mod_name, _, fn_name = value.partition(":")
+    return mod_name, fn_name
 
 
 def load(name: str, overrides: list[str]):
@@ -88,7 +111,7 @@ def output_folder(name: str, overrides: list[str], out_root: Path) -> tuple[Path
 def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) -> dict:
     out, overrides = output_folder(name, overrides, out_root)
     cfg = load(name, overrides)
-    mod_name, fn_name = cfg.repro.runner.split(":")
+    mod_name, fn_name = check_runner(OmegaConf.select(cfg, "repro.runner"))
     runner = getattr(importlib.import_module(mod_name), fn_name)
     validate(cfg, load(name, []), runner)
     out_root = out.parent
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     show_each_warning_once()
     argv = sys.argv[1:] if argv is None else list(argv)
     flags, rest = split_argv(argv)
+    refuse_rerun(flags, APP)
     if any(f in ("--help", "-h") for f in flags):
         print(usage())
         raise SystemExit(0)
