@@ -11,18 +11,20 @@ composed config and the output directory and returns the summary dict; this modu
 config.yaml and summary.json. The run is written to runs/repro/NAME.partial and renamed to
 runs/repro/NAME only when complete (a previous run's folder becomes NAME.previous then); a run that
 fails or is interrupted (Ctrl-C: one line, exit 130) removes its partial folder, so nothing half-done
-looks like a result and the last complete run stays where it was.
+looks like a result and the last complete run stays where it was. NAME, NAME.partial and NAME.previous
+are created new or replaced only when they are pdgym's own (agents/run_folder.py): a user's folder or file of
+such a name is never deleted or moved.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.resources
-import shutil
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from pdgym.agents import run_folder
 from pdgym.agents.common import (
     compose_checked,
     fail,
@@ -38,6 +40,7 @@ from pdgym.envs.sim.config import ConfigError, check_seed
 from pdgym.envs.sim.metrics import write_json
 
 APP = "pdgym-repro"
+KEY = "hydra.run.dir"  # the run folder's key (default runs/repro/NAME)
 
 
 def available() -> list[str]:
@@ -114,26 +117,28 @@ def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) ->
     mod_name, fn_name = check_runner(OmegaConf.select(cfg, "repro.runner"))
     runner = getattr(importlib.import_module(mod_name), fn_name)
     validate(cfg, load(name, []), runner)
-    out_root = out.parent
-    partial = out_root / f"{out.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    created = [d for d in (out_root, *out_root.parents) if not d.exists()]  # deepest first
-    partial.mkdir(parents=True)
+    out = run_folder.check(out, KEY)
+    partial, previous = out.parent / f"{out.name}.partial", out.parent / f"{out.name}.previous"
+    for p in (partial, previous):  # pdgym's own leftovers only: a user's folder of that name stays untouched
+        if p.exists() and not run_folder.is_ours(p):
+            raise ConfigError(f"{KEY}: {p} exists and is not a pdgym run folder; pdgym will not delete or move it: "
+                              "remove it yourself or give another folder")
+    run_folder.remove_own(partial, KEY)  # a killed run's partial folder (refused while its run still holds it)
+    folder = run_folder.claim(partial, KEY, APP)
     try:
         summary = runner(cfg, partial)
         (partial / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
         write_json(partial / "summary.json", summary)
     except BaseException:  # a failed run leaves nothing that looks like a result, nor folders it made
-        shutil.rmtree(partial, ignore_errors=True)
-        for d in created:
-            if d.exists() and not any(d.iterdir()):
-                d.rmdir()
+        folder.discard()
         raise
-    if out.exists():  # the previous run stays, under another name
-        previous = out_root / f"{out.name}.previous"
-        shutil.rmtree(previous, ignore_errors=True)
+    if run_folder.is_ours(out):  # the previous run stays, under another name
+        run_folder.remove_own(previous, KEY)
         out.rename(previous)
+    elif out.exists():  # an empty folder (run_folder.check): the run takes its place
+        out.rmdir()
     partial.rename(out)
+    folder.release()
     print(f"{name}: summary in {out / 'summary.json'}")
     return summary
 
