@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from pdgym.agents import run_folder
 from pdgym.envs.sim.config import ConfigError, SimConfig, check_footprint, check_key_path, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))
@@ -181,6 +182,18 @@ def group_options(group: str) -> list[str]:
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--shell-completion", "-sc", "--experimental-rerun"}
 _INFO_VALUES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+# Hydra's rerun flag unpickles the file it names (code runs from a file): no pdgym app needs it. argparse takes any
+# unambiguous prefix of a long flag (--exp FILE), and it is Hydra's only flag starting with --e.
+_REFUSED_FLAG = "--experimental-rerun"
+
+
+def refuse_rerun(flags: list[str], app: str) -> None:
+    """Fail with one line if a flag is (a prefix argparse would expand to) --experimental-rerun."""
+    for f in flags:
+        name = f.split("=", 1)[0]
+        if name.startswith("--e") and _REFUSED_FLAG.startswith(name):
+            fail(app, f"{name}: not accepted by pdgym (it would unpickle a file, running its code); "
+                      f"rerun a job with its overrides from the run folder's .hydra/overrides.yaml instead")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -471,6 +484,37 @@ def check_plugins(app: str) -> None:
             fail(app, f"hydra/{kind}={choice}: the Hydra plugin {target} is not installed; {_install_hint(module)}")
 
 
+def _given(overrides: list[str], key: str) -> bool:
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def _quoted(text: str) -> str:
+    """`text` as a quoted value of a Hydra override."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _claimed(app: str, claim: Callable[[], Any]) -> Any:
+    """The run folder `claim()` returns, or one line and exit 2 when it is refused."""
+    try:
+        return claim()
+    except ConfigError as exc:
+        fail(app, str(exc))
+
+
+def _sweep_jobs_checked(app: str, config_name: str, overrides: list[str]) -> list[list[str]]:
+    """`sweep_jobs`, or one line when an override does not parse or a sweep has no value (`seed=range(0)`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        for o in OverridesParser.create().parse_overrides(overrides):
+            if o.is_discrete_sweep() and not list(o.sweep_string_iterator()):
+                fail(app, f"{o.input_line}: a sweep with no value; a multirun needs at least one job")
+        return sweep_jobs(overrides)
+    except HydraException as exc:
+        fail(app, hydra_error_line(exc, overrides, config_name))
+
+
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
               rewrite_argv: Callable[[list[str]], list[str]] | None = None) -> Callable:
     """Decorator: the task function `fn(cfg)` becomes `main(argv=None)`, the app's entry point.
@@ -495,6 +539,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             if rewrite_argv is not None:
                 args = rewrite_argv(args)
             flags, overrides = split_argv(args)
+            refuse_rerun(flags, app)
             if any(f in ("--help", "-h") for f in flags):
                 print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
                 raise SystemExit(0)
@@ -508,7 +553,9 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
 
             task.__module__ = mod  # Hydra names the job after the app's module
 
-            if not flags and not any(o.lstrip("+~").startswith("hydra.mode") for o in overrides):
+            if any(o.lstrip("+~").split("=", 1)[0] == "hydra.mode" for o in overrides):
+                fail(app, "hydra.mode: not set on the command line; a multirun is -m (--multirun)")
+            if not flags:
                 # a plain run: compose once (with the mode hydra.main would add), check, run as Hydra's run mode
                 full = compose_checked(app, config_name, [*overrides, "hydra.mode=RUN"],
                                        job_name=mod.rsplit(".", 1)[-1], keep_hydra=True)
@@ -516,22 +563,44 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 with open_dict(job):
                     del job["hydra"]
                 validated(app, validate, job)
-                run_composed(full, config_name, task)
+                folder = _claimed(app, lambda: run_folder.claim_hydra(full.hydra, job, "run", app,
+                                                                      _given(overrides, "hydra.run.dir")))
+                try:
+                    run_composed(full, config_name, task)
+                except BaseException as exc:
+                    run_folder.settle(folder, exc, single=True)
+                    raise
+                run_folder.settle(folder, None, single=True)
                 return None  # as hydra.main: a console script's exit status is 0, not the task's value
-            if not set(flags) - {"-m", "--multirun"} or flags in (["--cfg", "job"], ["-c", "job"]):
-                for job in (sweep_jobs(overrides) if multirun else [overrides]):
+            folder = None
+            if multirun and not set(flags) - {"-m", "--multirun"}:
+                jobs = _sweep_jobs_checked(app, config_name, overrides)
+                for job in jobs:
                     cfg = compose_checked(app, config_name, job)
-                    if not flags:
-                        validated(app, validate, cfg, f" (job {' '.join(job)})" if multirun else "")
-                    if multirun:
-                        check_plugins(app)
+                    validated(app, validate, cfg, f" (job {' '.join(job)})")
+                    check_plugins(app)
+                from hydra.core.hydra_config import HydraConfig
+
+                folder = _claimed(app, lambda: run_folder.claim_hydra(HydraConfig.get(), cfg, "sweep", app,
+                                                                      _given(overrides, "hydra.sweep.dir")))
+                args = [a for a in args if a.lstrip("+~").split("=", 1)[0] != "hydra.sweep.dir"]
+                args.append(f"hydra.sweep.dir={_quoted(str(folder.path))}")  # the claimed folder, pinned
+            elif flags in (["--cfg", "job"], ["-c", "job"]):
+                compose_checked(app, config_name, overrides)
 
             saved = sys.argv
             sys.argv = [saved[0] if saved else app, *args]
             try:
                 return hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name=config_name)(task)()
+            except BaseException as exc:
+                if folder is not None:
+                    run_folder.settle(folder, exc, single=False)
+                    folder = None
+                raise
             finally:
                 sys.argv = saved
+                if folder is not None:
+                    run_folder.settle(folder, None, single=False)
 
         main.__wrapped__ = fn
         main.__doc__ = fn.__doc__

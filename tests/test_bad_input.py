@@ -102,6 +102,10 @@ REPRO = [
     (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d_chunk5k]"], "repro.pass_time_measured"),
     # found by the runner, after its folder exists: the folder goes again
     (["pbaa_util", "repro.scenarios=[ds_v3_h800_3p1d,ds_v3_h800_3p1d_long]"], "repro.ttft_target_s"),
+    # only the reproductions' own runners: a command line must not import and call any module:callable
+    (["md1_check", "repro.runner=os:system"], "repro.runner"), (["md1_check", "repro.runner=builtins:print"], "repro.runner"),
+    (["md1_check", "repro.runner=pdgym.agents.experiments.md1_check:nope"], "repro.runner"),
+    (["md1_check", "repro.runner=3"], "repro.runner"), (["md1_check", "repro.runner=null"], "repro.runner"),
     # a new key inside a mapping: the hint adds that key alone, with its own value
     (["br_imbalance", "repro.br0={name: br0, order: length}"], "use +repro.br0.order=length"),
 ]
@@ -255,3 +259,38 @@ def test_trace_errors_are_plain_and_cut(tmp_path):
             make_workload(WorkloadConfig(trace=str(path), num_requests=10), None)
         msg = str(e.value)
         assert want in msg and "np.float64" not in msg and len(msg) < 600 and "\n" not in msg, msg
+
+
+# Hydra's --experimental-rerun unpickles the file it names: refused on every app (and argparse's prefixes of it).
+RERUN_APPS = {**APPS, "pdgym-profile": "pdgym.agents.apps.profile"}
+RERUN_FORMS = (["--experimental-rerun", "{pkl}"], ["--experimental-rerun={pkl}"], ["--exp", "{pkl}"],
+               ["-m", "seed=0,1", "--experimental-r", "{pkl}"])
+
+
+class _Evil:
+    """Unpickling this creates the file `marker`: proof that the pickle ran."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("form", RERUN_FORMS, ids=[" ".join(f)[:24] for f in RERUN_FORMS])
+@pytest.mark.parametrize("app", sorted(RERUN_APPS))
+def test_experimental_rerun_is_refused_and_unpickles_nothing(app, form, tmp_path, monkeypatch, capsys):
+    import pickle
+
+    marker, pkl, cwd = tmp_path / "ran", tmp_path / "evil.pkl", tmp_path / "cwd"
+    pkl.write_bytes(pickle.dumps(_Evil(str(marker))))
+    cwd.mkdir()
+    argv = ["md1_check"] * (app == "pdgym-repro") + [a.format(pkl=pkl) for a in form]
+    monkeypatch.chdir(cwd)
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(RERUN_APPS[app]).main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"{app}: error: "), err
+    assert not marker.exists(), "the pickle ran"
+    assert os.listdir(cwd) == [], "a refused flag created files"

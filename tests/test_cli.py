@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pdgym.agents.run_folder import MARKER
 from pdgym.envs.sim.metrics import SUMMARY_KEYS
 
 BIN = Path(sys.executable).parent
@@ -34,6 +35,7 @@ def test_sim_plots_a_colocated_cluster_without_a_decode_kv_figure(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "decode_kv_spread.png").write_bytes(b"stale")
+    (out / MARKER).write_text("")  # an earlier pdgym run's folder
     p = run("pdgym-sim", "scenario=coloc_h200_qwen3_8b", "workload.num_requests=200", f"hydra.run.dir={out}")
     assert p.returncode == 0, p.stderr
     assert (out / "metrics.json").is_file() and (out / "latency_cdf.png").is_file()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pdgym.agents.run_folder import MARKER
 
 BIN = Path(sys.executable).parent
 LONG = ["scenario=ds_v3_h800_3p1d", "workload.num_requests=300000", "plots=false"]
@@ -93,6 +94,7 @@ def test_repro_interrupted_keeps_the_previous_run_whole(tmp_path):
     prev = tmp_path / "runs/repro/md1_check"
     prev.mkdir(parents=True)
     (prev / "summary.json").write_text('{"previous": true}\n')
+    (prev / MARKER).write_text("")  # a run of pdgym's (a user's folder of that name is never replaced)
     partial = tmp_path / "runs/repro/md1_check.partial"
     r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]",
                     "repro.rho=0.5"],

@@ -11,22 +11,25 @@ composed config and the output directory and returns the summary dict; this modu
 config.yaml and summary.json. The run is written to runs/repro/NAME.partial and renamed to
 runs/repro/NAME only when complete (a previous run's folder becomes NAME.previous then); a run that
 fails or is interrupted (Ctrl-C: one line, exit 130) removes its partial folder, so nothing half-done
-looks like a result and the last complete run stays where it was.
+looks like a result and the last complete run stays where it was. NAME, NAME.partial and NAME.previous
+are created new or replaced only when they are pdgym's own (agents/run_folder.py): a user's folder or file of
+such a name is never deleted or moved.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.resources
-import shutil
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from pdgym.agents import run_folder
 from pdgym.agents.common import (
     compose_checked,
     fail,
     one_line_errors,
+    refuse_rerun,
     show_each_warning_once,
     sim_config_from,
     split_argv,
@@ -37,11 +40,34 @@ from pdgym.envs.sim.config import ConfigError, check_seed
 from pdgym.envs.sim.metrics import write_json
 
 APP = "pdgym-repro"
+KEY = "hydra.run.dir"  # the run folder's key (default runs/repro/NAME)
 
 
 def available() -> list[str]:
     root = importlib.resources.files("pdgym.conf") / "repro"
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def own_runners() -> dict[str, str]:
+    """{runner: reproduction} of the runners the reproductions' own configs (conf/repro/*.yaml) name: the only
+    `repro.runner` values accepted, so a command line cannot import and call an arbitrary `module:callable`."""
+    root = importlib.resources.files("pdgym.conf") / "repro"
+    out = {}
+    for name in available():
+        runner = OmegaConf.select(OmegaConf.create((root / f"{name}.yaml").read_text()), "repro.runner")
+        if isinstance(runner, str):
+            out[runner] = name
+    return out
+
+
+def check_runner(value) -> tuple[str, str]:
+    """(module, function) of `repro.runner`, or a ConfigError when it is not one of the reproductions' own."""
+    runners = own_runners()
+    if not isinstance(value, str) or value not in runners:
+        raise ConfigError(f"repro.runner: got {value!r}; allowed: the reproductions' own runners "
+                          f"({', '.join(sorted(runners))})")
+    mod_name, _, fn_name = value.partition(":")
+    return mod_name, fn_name
 
 
 def load(name: str, overrides: list[str]):
@@ -88,29 +114,31 @@ def output_folder(name: str, overrides: list[str], out_root: Path) -> tuple[Path
 def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) -> dict:
     out, overrides = output_folder(name, overrides, out_root)
     cfg = load(name, overrides)
-    mod_name, fn_name = cfg.repro.runner.split(":")
+    mod_name, fn_name = check_runner(OmegaConf.select(cfg, "repro.runner"))
     runner = getattr(importlib.import_module(mod_name), fn_name)
     validate(cfg, load(name, []), runner)
-    out_root = out.parent
-    partial = out_root / f"{out.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    created = [d for d in (out_root, *out_root.parents) if not d.exists()]  # deepest first
-    partial.mkdir(parents=True)
+    out = run_folder.check(out, KEY)
+    partial, previous = out.parent / f"{out.name}.partial", out.parent / f"{out.name}.previous"
+    for p in (partial, previous):  # pdgym's own leftovers only: a user's folder of that name stays untouched
+        if p.exists() and not run_folder.is_ours(p):
+            raise ConfigError(f"{KEY}: {p} exists and is not a pdgym run folder; pdgym will not delete or move it: "
+                              "remove it yourself or give another folder")
+    run_folder.remove_own(partial, KEY)  # a killed run's partial folder (refused while its run still holds it)
+    folder = run_folder.claim(partial, KEY, APP)
     try:
         summary = runner(cfg, partial)
         (partial / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
         write_json(partial / "summary.json", summary)
     except BaseException:  # a failed run leaves nothing that looks like a result, nor folders it made
-        shutil.rmtree(partial, ignore_errors=True)
-        for d in created:
-            if d.exists() and not any(d.iterdir()):
-                d.rmdir()
+        folder.discard()
         raise
-    if out.exists():  # the previous run stays, under another name
-        previous = out_root / f"{out.name}.previous"
-        shutil.rmtree(previous, ignore_errors=True)
+    if run_folder.is_ours(out):  # the previous run stays, under another name
+        run_folder.remove_own(previous, KEY)
         out.rename(previous)
+    elif out.exists():  # an empty folder (run_folder.check): the run takes its place
+        out.rmdir()
     partial.rename(out)
+    folder.release()
     print(f"{name}: summary in {out / 'summary.json'}")
     return summary
 
@@ -124,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     show_each_warning_once()
     argv = sys.argv[1:] if argv is None else list(argv)
     flags, rest = split_argv(argv)
+    refuse_rerun(flags, APP)
     if any(f in ("--help", "-h") for f in flags):
         print(usage())
         raise SystemExit(0)

@@ -1,0 +1,259 @@
+"""Run folders (agents/run_folder.py): created new or reused only when pdgym's own, never outside the place asked
+for, never a user's file deleted or moved, one writer at a time. Every refusal is one line, exit 2, nothing written.
+
+The apps run in-process (their `main(argv)`) from a temporary working directory, as in tests/test_bad_input.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pdgym.agents import run_folder
+from pdgym.agents.run_folder import MARKER
+from pdgym.envs.sim.config import ConfigError
+
+# Each app with arguments that pass its validation quickly: only the run folder is wrong.
+VALID = {
+    "pdgym-sim": ("pdgym.agents.apps.sim", ["workload.num_requests=20", "plots=false"]),
+    "pdgym-eval": ("pdgym.agents.evaluation.evaluate", ["policy=br0", "scenario=decode_tier_n16"]),
+    "pdgym-enjoy": ("pdgym.agents.apps.enjoy", ["policy=br0", "scenario=decode_tier_n16"]),
+    "pdgym-train": ("pdgym.agents.training.train", ["total_timesteps=64", "wandb.mode=disabled"]),
+    "pdgym-profile": ("pdgym.agents.apps.profile", ["profile.shrink=32"]),
+}
+
+
+def _run(app: str, argv: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, list[str], str]:
+    monkeypatch.chdir(cwd)
+    module, base = VALID.get(app, (None, []))
+    main = importlib.import_module(module or {"pdgym-repro": "pdgym.agents.apps.repro",
+                                              "pdgym-leaderboard": "pdgym.agents.evaluation.leaderboard"}[app]).main
+    with pytest.raises(SystemExit) as exc:
+        main([*base, *argv])
+    err = capsys.readouterr().err
+    return exc.value.code, [ln for ln in err.splitlines() if ln.strip()], err
+
+
+def _one_line(code: int, lines: list[str], err: str, app: str, *want: str) -> None:
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"{app}: error: ") and all(w in lines[0] for w in want), lines[0]
+    assert "Traceback" not in err
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under root with a file's bytes (None for a folder): what a refused run must leave as it was."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def _places(tmp: Path) -> dict[str, tuple[str, str]]:
+    """hydra.run.dir values that are refused, with the words the line must hold."""
+    (tmp / "user.txt").write_text("the user's own file\n")
+    (tmp / "userdir").mkdir()
+    (tmp / "userdir" / "notes.txt").write_text("keep me\n")
+    return {
+        "file": (str(tmp / "user.txt"), "existing file"),
+        "under_file": (str(tmp / "user.txt" / "sub"), "under a file"),
+        "user_folder": (str(tmp / "userdir"), "not a pdgym run folder"),
+        "root": ("/", "filesystem root"),
+        "cwd": (".", "working directory"),
+        "parent": ("..", "working directory"),
+        "proc": ("/proc/pdgym_run", "system folder"),
+        "sys": ("/sys/pdgym_run", "system folder"),
+        "empty": ("", "empty"),
+        "new_at_root": ("/pdgym_no_such_top/run", "filesystem root"),
+    }
+
+
+PLACES = ["file", "under_file", "user_folder", "root", "cwd", "parent", "proc", "sys", "empty", "new_at_root"]
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("app", sorted(VALID))
+def test_refused_run_folder_is_one_line_and_touches_nothing(app, place, tmp_path, monkeypatch, capsys):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    value, words = _places(tmp_path)[place]
+    before = _tree(tmp_path)
+    code, lines, err = _run(app, [f"hydra.run.dir={value}"], cwd, monkeypatch, capsys)
+    _one_line(code, lines, err, app, "hydra.run.dir", words)
+    assert _tree(tmp_path) == before, "a refused run folder changed files"
+    assert not Path("/pdgym_no_such_top").exists() and not Path("/hydra").exists()
+
+
+@pytest.mark.parametrize("name, words", [("../../escape", "name='../../escape'"), ("", "name: empty"),
+                                         ("a/b", "name='a/b'"), ("..", "name='..'"), ("/abs/x", "name='/abs/x'")])
+def test_train_name_stays_a_folder_of_its_own(name, words, tmp_path, monkeypatch, capsys):
+    """runs/train/<date>/${name}: a name that is empty or holds '/' or '..' would write elsewhere."""
+    code, lines, err = _run("pdgym-train", [f"name='{name}'"], tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-train", words)
+    assert os.listdir(tmp_path) == [], "a refused name created files"
+
+
+def test_leaderboard_empty_out_dir_writes_nothing_at_the_root(tmp_path, monkeypatch, capsys):
+    code, lines, err = _run("pdgym-leaderboard", ["out_dir="], tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-leaderboard", "out_dir: empty")
+    assert not Path("/hydra").exists() and os.listdir(tmp_path) == []
+
+
+def test_sim_reuses_only_its_own_folder(tmp_path, monkeypatch, capsys):
+    """A new folder is marked; running again into it is fine; an empty folder is taken; a user's is not."""
+    monkeypatch.chdir(tmp_path)
+    sim = importlib.import_module("pdgym.agents.apps.sim").main
+    out, empty = tmp_path / "run", tmp_path / "empty"
+    empty.mkdir()
+    for folder in (out, out, empty):
+        sim(["workload.num_requests=20", "plots=false", f"hydra.run.dir={folder}"])
+        assert (folder / MARKER).is_file() and (folder / "metrics.json").is_file()
+    capsys.readouterr()
+
+
+def test_repro_twice_keeps_a_users_file_and_folders(tmp_path, monkeypatch, capsys):
+    """pdgym-repro into a folder holding a user's file (it was deleted on the second run), into a file (it was moved
+    aside), next to a user's NAME.previous / NAME.partial (deleted): all refused, all kept."""
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "data.txt").write_text("precious\n")
+    (tmp_path / "afile").write_text("a file\n")
+    (tmp_path / "r.previous").mkdir()
+    (tmp_path / "r.previous" / "x.txt").write_text("mine too\n")
+    (tmp_path / "q.partial").mkdir()
+    (tmp_path / "q.partial" / "y.txt").write_text("and this\n")
+    before = _tree(tmp_path)
+    args = ["md1_check", "repro.num_requests=300"]
+    for out, words in ((user, "not a pdgym run folder"), (user, "not a pdgym run folder"),
+                       (tmp_path / "afile", "existing file"), (tmp_path / "r", "r.previous"),
+                       (tmp_path / "q", "q.partial")):
+        code, lines, err = _run("pdgym-repro", [*args, f"hydra.run.dir={out}"], tmp_path, monkeypatch, capsys)
+        _one_line(code, lines, err, "pdgym-repro", words)
+    assert _tree(tmp_path) == before
+
+
+def test_repro_replaces_only_its_own_previous_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    repro = importlib.import_module("pdgym.agents.apps.repro").main
+    out = tmp_path / "r"
+    for _ in range(3):
+        repro(["md1_check", "repro.num_requests=300", f"hydra.run.dir={out}"])
+    capsys.readouterr()
+    assert sorted(os.listdir(tmp_path)) == ["r", "r.previous"]
+    assert run_folder.is_ours(out) and run_folder.is_ours(tmp_path / "r.previous")
+    assert (out / "summary.json").is_file() and (tmp_path / "r.previous" / "summary.json").is_file()
+
+
+HOLD = """
+import sys, time
+from pdgym.agents.run_folder import claim
+claim(sys.argv[1], "hydra.run.dir", "pdgym-train")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("app", ["pdgym-sim", "pdgym-train"])
+def test_second_writer_is_refused(app, tmp_path, monkeypatch, capsys):
+    """Another process holds the folder (a training in progress): a second run into it is refused in one line."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _tree(tmp_path)
+        code, lines, err = _run(app, [f"hydra.run.dir={out}"], tmp_path, monkeypatch, capsys)
+        _one_line(code, lines, err, app, "in use by another pdgym run", "pdgym-train, pid")
+        assert _tree(tmp_path) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel drops the lock with its holder, however it ended: the folder is free again
+    with run_folder.claim(out, "hydra.run.dir"):
+        pass
+
+
+# --------------------------------------------------------------------------- the owner itself
+def test_discard_removes_only_what_the_claim_added(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    new = run_folder.claim(tmp_path / "a" / "b" / "run", "k")
+    (new.path / "result.json").write_text("{}")
+    new.discard()
+    assert os.listdir(tmp_path) == [], "the folder and the parents the claim made go"
+
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MARKER).write_text("")
+    (old / "earlier.csv").write_text("kept\n")
+    (old / "sub").mkdir()
+    reused = run_folder.claim(old, "k")
+    (old / "new.csv").write_text("x")
+    (old / "newdir").mkdir()
+    (old / "sub" / "inside.txt").write_text("x")  # inside an entry that was there: not this claim's to judge
+    reused.discard()
+    assert sorted(os.listdir(old)) == sorted([MARKER, "earlier.csv", "sub"])
+
+
+def test_claim_is_reentrant_in_one_process_and_released(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a = run_folder.claim(tmp_path / "run", "k")
+    b = run_folder.claim(tmp_path / "run", "k")
+    assert a is b
+    b.release()
+    a.release()
+    assert not run_folder._HELD
+
+
+def test_read_only_place_is_one_line(tmp_path, monkeypatch):
+    """Root may write anywhere, so the refusal is shown by a folder the access check reports read-only."""
+    monkeypatch.chdir(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == ro else real(p, mode, **k))
+    for target in (ro, ro / "run"):
+        with pytest.raises(ConfigError, match="read-only"):
+            run_folder.check(target, "hydra.run.dir")
+
+
+@pytest.mark.parametrize("template, path, values, ok", [
+    ("runs/train/${now:%Y}/${name}", "runs/train/2026/x", {"name": "x"}, True),
+    ("runs/train/${now:%Y}/${name}", "runs/escape", {"name": "../../escape"}, False),
+    ("runs/train/${now:%Y}/${name}", "runs/train/2026", {"name": "."}, False),
+    ("runs/train/${now:%Y}/${name}", "runs/train/2026/a/b", {"name": "a/b"}, False),
+    ("runs/sim/${now:%Y}/${now:%H}_${hydra:runtime.choices.scenario}", "runs/sim/2026/07_s", {}, True),
+    ("${out_dir}/hydra/${now:%Y}", "lb/hydra/2026", {"out_dir": "lb"}, True),
+    ("${out_dir}/hydra/${now:%Y}", "/hydra/2026", {"out_dir": ""}, False),
+    ("runs/x/${pdgym_dirname:${a}/b}/${name}", "runs/x/q/n", {"name": "n", "a": "q"}, True),
+])
+def test_templated_folder(template, path, values, ok, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if ok:
+        run_folder.check_templated(path, template, "hydra.run.dir", values)
+    else:
+        with pytest.raises(ConfigError):
+            run_folder.check_templated(path, template, "hydra.run.dir", values)
+
+
+# --------------------------------------------------------------------------- multiruns
+@pytest.mark.parametrize("argv, words", [
+    (["-m", "seed=range(0)"], "a sweep with no value"),
+    (["-m", "seed=0,-1"], "seed"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=/"], "hydra.sweep.dir"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=."], "hydra.sweep.dir"),
+    (["hydra.mode=MULTIRUN", "seed=0,1"], "hydra.mode"),
+])
+def test_multirun_refusals_write_nothing(argv, words, tmp_path, monkeypatch, capsys):
+    code, lines, err = _run("pdgym-sim", argv, tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-sim", words)
+    assert os.listdir(tmp_path) == []
+
+
+def test_multirun_sweep_folder_is_marked_and_pinned(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "my sweep"
+    importlib.import_module("pdgym.agents.apps.sim").main(
+        ["-m", "seed=0,1", "workload.num_requests=20", "plots=false", f"hydra.sweep.dir={sweep}"])
+    capsys.readouterr()
+    assert (sweep / MARKER).is_file()
+    assert sorted(p.name.split("_")[0] for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    assert all((p / "metrics.json").is_file() for p in sweep.iterdir() if p.is_dir())
