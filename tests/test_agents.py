@@ -16,8 +16,9 @@ import pytest
 import torch
 from gymnasium import spaces
 from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.training import imitation, model_store
-from pdgym.agents.training.features import SlotSetExtractor, policy_kwargs
+from pdgym.agents.learned import model_store
+from pdgym.agents.learned.features import SlotSetExtractor, policy_kwargs
+from pdgym.agents.training import imitation
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim.config import ConfigError
@@ -64,7 +65,7 @@ def test_set_extractor_is_permutation_invariant_and_ignores_padding():
 
 
 def test_pointer_logits_follow_the_workers():
-    from pdgym.agents.training.features import SlotPointerExtractor
+    from pdgym.agents.learned.features import SlotPointerExtractor
 
     n, d, g = 5, 3, 2
     space = spaces.Box(-np.inf, np.inf, (g + n * d,), np.float32)
@@ -444,7 +445,7 @@ def _plant_traps(run, marker) -> None:
 
 
 def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
-    from pdgym.agents.evaluation import leaderboard as L
+    from pdgym.agents.apps import leaderboard as L
 
     run, marker = tmp_path / "run", tmp_path / "PWNED"
     args = [*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=128", "normalize.obs=true"]
@@ -487,7 +488,7 @@ def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
 
 def test_predictor_acts_as_the_policys_own_predict():
     """model_store.predictor skips SB3's per-call predict() overhead: the same masked greedy actions."""
-    from pdgym.agents.training.model_store import predictor
+    from pdgym.agents.learned.model_store import predictor
     from sb3_contrib import MaskablePPO
 
     model = MaskablePPO("MlpPolicy", _ArgmaxEnv(), seed=0, device="cpu", policy_kwargs={"net_arch": [32]})
@@ -513,7 +514,7 @@ def test_predictor_of_an_unmasked_agent_is_its_masked_greedy_action(algo):
     """PPO / A2C: the predictor's actor-only forward gives the argmax of the policy's own logits among the allowed
     actions (the distribution SB3 builds, masked here)."""
     import torch
-    from pdgym.agents.training.model_store import predictor
+    from pdgym.agents.learned.model_store import predictor
     from stable_baselines3 import A2C, PPO
 
     model = {"ppo": PPO, "a2c": A2C}[algo]("MlpPolicy", _ArgmaxEnv(), seed=0, device="cpu",

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from pdgym.agents.apps import leaderboard as L
 from pdgym.agents.common import sim_config_from
 from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.evaluation import leaderboard as L
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.baselines import make_policies
 from pdgym.envs.scenario import load_scenario
@@ -283,8 +283,8 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, match", [
-    (["pdgym.agents.evaluation.leaderboard", "split=holdout"], "split"),
-    (["pdgym.agents.evaluation.leaderboard", "n_jobs=0"], "n_jobs"),
+    (["pdgym.agents.apps.leaderboard", "split=holdout"], "split"),
+    (["pdgym.agents.apps.leaderboard", "n_jobs=0"], "n_jobs"),
     (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "show=[bogus_metric]"], "show"),
     (["pdgym.agents.evaluation.evaluate", "policy="], "policy: missing"),
     (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "budget_s=0"], "budget_s"),
@@ -308,7 +308,7 @@ def test_cli_eval_writes_metrics_with_the_stop_reason(tmp_path):
 
 
 def test_cli_runs_the_tiny_preset(tmp_path):
-    r = _cli(["pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
+    r = _cli(["pdgym.agents.apps.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ranked by" in r.stdout and (tmp_path / "latest" / "leaderboard.csv").is_file()
 

@@ -27,9 +27,11 @@ every output. `load: X` sets the arrival rate to X times the capacity measured b
 request at once) of the regime policy. `headroom` rows (oracle / hindsight policies, e.g. BR-H with the
 true output lengths) show the gap a learned policy can close; they are never the reference.
 
-The board is four modules: leaderboard_run (scenarios, candidates, runs, capacity), leaderboard_stats (every
-statistic above), leaderboard_render (tables, Markdown, HTML, console) and leaderboard_plots (figures); this
-one is the app that checks the config, runs them in order and writes the board directory.
+The board's pieces live in agents/evaluation: leaderboard_run (scenarios, candidates, runs, capacity),
+leaderboard_stats (every statistic above), leaderboard_render (tables, Markdown, HTML, console) and
+leaderboard_plots (figures). This module is the app that checks the config, trains the `train:` entries with
+pdgym-train's code, runs the pieces in order and writes the board directory; it sits in apps, above both
+training and evaluation, because it uses both.
 """
 
 from __future__ import annotations
