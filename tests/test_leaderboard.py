@@ -311,6 +311,15 @@ def test_cli_runs_the_tiny_preset(tmp_path):
     r = _cli(["pdgym.agents.apps.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ranked by" in r.stdout and (tmp_path / "latest" / "leaderboard.csv").is_file()
+    # the board's reference is the best heuristic, recomputed here from the per-seed runs: on each scenario the
+    # baseline (not a headroom row, not an agent) with the best mean of the primary metric in its direction
+    board = tmp_path / "latest"
+    runs, pairs = pd.read_csv(board / "runs.csv"), pd.read_csv(board / "paired.csv")
+    summary = json.loads((board / "summary.json").read_text())
+    for st in summary["standings"]:
+        means = runs[(runs.scenario == st["scenario"]) & (runs.kind == "baseline")].groupby("policy")[st["primary"]].mean()
+        best = means.idxmax() if st["direction"] == "higher is better" else means.idxmin()
+        assert set(pairs[pairs.scenario == st["scenario"]].reference) == {best} and st["best_baseline"] == best
 
 
 def test_the_boards_progress_flag_reaches_the_training_it_runs(tmp_path, monkeypatch):
