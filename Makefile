@@ -29,7 +29,7 @@ bench: $(STAMP)
 # and its evidence (each run's summary.json and figures) in docs/fidelity/.
 # ONLY=sbs_ttft,pbaa_util runs some; ARGS="workload.trace=PATH" replays another trace in every reproduction.
 fidelity: $(STAMP)
-	WANDB_MODE=offline $(BIN)/python -m pdgym.agents.experiments.fidelity --only "$(ONLY)" $(ARGS)
+	WANDB_MODE=offline $(BIN)/python -m pdgym.agents.apps.fidelity --only "$(ONLY)" $(ARGS)
 
 # Hydra's Ray launcher, checked in a side environment layered over .venv (hydra-ray-launcher pins
 # cloudpickle<3, which joblib 1.6 refuses, so it is not a pdgym extra): two pdgym-sim jobs as Ray tasks on

@@ -1,10 +1,15 @@
-"""The import graph of the package: no cycles between modules, and the simulator stays a leaf layer.
+"""The import graph of the package: no cycles between modules nor between sub-packages, and the simulator
+stays a leaf layer.
 
 The graph is read from the source (an AST walk, nothing imported): a node per module of
 pdgym.envs / pdgym.baselines / pdgym.agents, an edge per import statement anywhere in
 the file (TYPE_CHECKING blocks and function bodies included: a cycle hidden there is
 still a cycle in the design). `from pkg import name` points at pkg.name when that is a
-module, else at pkg itself. The detector is tested on small synthetic graphs first.
+module, else at pkg itself. The same edges, grouped by sub-package (pdgym.envs.sim,
+pdgym.envs, pdgym.baselines, pdgym.agents and each pdgym.agents.X; a top package's own
+modules are one group), must form no cycle either: two sub-packages that import each
+other, even lazily through different modules, are one design split in two folders.
+The detectors are tested on small synthetic graphs first.
 """
 
 from __future__ import annotations
@@ -86,6 +91,32 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def subpackage(module: str, packages: set[str]) -> str:
+    """The group of a module: the deepest package of depth <= 3 (pdgym.agents.apps) that holds it."""
+    parts = module.split(".")
+    for depth in (3, 2):
+        pkg = ".".join(parts[:depth])
+        if pkg in packages and len(parts) >= depth:
+            return pkg
+    return module
+
+
+def subpackage_graph(graph: dict[str, set[str]], packages: set[str]) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """{group: {imported group: [(module, imported module), ...]}}: the module edges between groups, each kept
+    with the imports that make it (a cycle's message names them)."""
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for mod, deps in graph.items():
+        a = subpackage(mod, packages)
+        out.setdefault(a, {})
+        for dep in deps:
+            if dep not in graph:
+                continue
+            b = subpackage(dep, packages)
+            if a != b:
+                out[a].setdefault(b, []).append((mod, dep))
+    return out
+
+
 def layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """(module, import) pairs where a simulator module imports something above it."""
     bad = []
@@ -123,6 +154,18 @@ def test_import_resolution_handles_relative_and_submodule_imports(tmp_path):
     assert got == {f"{SIM}.requests", f"{SIM}.config", "pdgym.envs.scenario", "numpy", "pdgym.baselines.registry"}
 
 
+def test_subpackage_grouping_finds_a_cycle_between_folders_that_modules_alone_do_not_show():
+    pkgs = {"p.a", "p.a.x", "p.a.y", "p.b"}
+    g = {"p.a.x.one": {"p.a.y.two"}, "p.a.y.two": {"p.b.z"}, "p.a.y.three": {"p.a.x.four"}, "p.a.x.four": set(),
+         "p.b.z": set(), "p.a.common": {"p.b.z"}, "p.a.x": set()}
+    assert find_cycle(g) is None  # no module cycle ...
+    sub = subpackage_graph(g, pkgs)
+    assert subpackage("p.a.common", pkgs) == "p.a" and subpackage("p.a.x", pkgs) == "p.a.x"
+    assert sub["p.a.x"] == {"p.a.y": [("p.a.x.one", "p.a.y.two")]} and sub["p.a"] == {"p.b": [("p.a.common", "p.b.z")]}
+    cyc = find_cycle({k: set(v) for k, v in sub.items()})  # ... but x and y import each other
+    assert cyc is not None and set(cyc) == {"p.a.x", "p.a.y"}
+
+
 # --------------------------------------------------------------------------- the package
 @pytest.fixture(scope="module")
 def graph():
@@ -135,6 +178,15 @@ def test_no_import_cycles(graph):
     internal = {m: {d for d in deps if d in graph} for m, deps in graph.items()}
     cyc = find_cycle(internal)
     assert cyc is None, "import cycle: " + " -> ".join(cyc)
+
+
+def test_no_cycles_between_subpackages(graph):
+    packages = {m for m, p in module_files().items() if p.name == "__init__.py"}
+    sub = subpackage_graph(graph, packages)
+    assert {"pdgym.envs.sim", "pdgym.agents.apps", "pdgym.agents.training"} <= set(sub)
+    cyc = find_cycle({k: set(v) for k, v in sub.items()})
+    assert cyc is None, "sub-package cycle: " + " -> ".join(cyc) + "; made by " + "; ".join(
+        f"{a} imports {b}" for x, y in zip(cyc, cyc[1:]) for a, b in sub[x][y][:3])
 
 
 def test_simulator_imports_no_env_baseline_agent_or_rl_code(graph):

@@ -17,7 +17,7 @@ APPS = {
     "pdgym-repro": "pdgym.agents.apps.repro",
     "pdgym-eval": "pdgym.agents.evaluation.evaluate",
     "pdgym-enjoy": "pdgym.agents.apps.enjoy",
-    "pdgym-leaderboard": "pdgym.agents.evaluation.leaderboard",
+    "pdgym-leaderboard": "pdgym.agents.apps.leaderboard",
     "pdgym-train": "pdgym.agents.training.train",
 }
 

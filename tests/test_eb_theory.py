@@ -135,15 +135,36 @@ def test_fit_mixed_cost_recovers_coefficients():
         T.fit_mixed_cost([1, 2], [1, 1], [1, 1])
 
 
-def test_calibrate_mixed_from_mb_runs_is_close_to_the_cost_model():
+def _colocated(**extra):
     from pdgym.envs.sim import sim_config
 
-    cfg = sim_config({"hardware": "h200", "model": "qwen3_8b",
-                      "cluster": {"topology": "colocated", "colocated": {"batch_limit": 64, "chunk_tokens": 1024}},
-                      "workload": {"arrival": "closed", "concurrency": 64,
-                                   "prompt": {"dist": "gamma", "mean": 512, "cv": 0.5, "max": 4096}}})
-    fit = T.calibrate_mixed(cfg, output_means=(16, 64, 256), num_requests=200)
-    assert fit["a_mb"] > 0 and T.b_mb(0.5, fit) > 0
+    return sim_config({"hardware": "h200", "model": "qwen3_8b",
+                       "cluster": {"topology": "colocated", "colocated": {"batch_limit": 64, "chunk_tokens": 1024}},
+                       "workload": {"arrival": "closed", "concurrency": 64,
+                                    "prompt": {"dist": "gamma", "mean": 512, "cv": 0.5, "max": 4096}}, **extra})
+
+
+def test_calibrate_mixed_from_mb_runs_recovers_the_cost_model():
+    """Bound by the cost model itself: cost.kind=linear *is* the EB mixed form a_mb + (c0 + c1 r + c2 r^2) T, so the
+    fit of its MB runs must return the coefficients it was given (the H200 values above), to rounding."""
+    fit = T.calibrate_mixed(_colocated(cost={"kind": "linear", "params": H200}), output_means=(16, 64, 256),
+                            num_requests=200)
+    for k in ("a_mb", "c0", "c1", "c2"):
+        assert fit[k] == pytest.approx(H200[k], rel=1e-6), k
+
+
+def test_calibrate_mixed_under_the_roofline_prices_a_token_at_its_compute():
+    """Bound by theory: under the roofline a large mixed batch is compute bound, so the fit's per-token cost at
+    r = 0 (c0) is the time of 2 x active parameters FLOPs at flops_bf16 x mfu, plus attention (prompts of ~512
+    tokens: about 1% more for Qwen3-8B). 15% leaves room for the fit's r terms absorbing part of it."""
+    from pdgym.envs.sim.hardware import load_hardware
+    from pdgym.envs.sim.models import load_model
+
+    fit = T.calibrate_mixed(_colocated(), output_means=(16, 64, 256), num_requests=200)
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    per_token = 2 * model.params_active / (hw.flops_bf16 * hw.mfu)
+    assert fit["c0"] == pytest.approx(per_token, rel=0.15)
+    assert fit["a_mb"] > 0 and all(T.b_mb(r, fit) > 0 for r in (0.0, 0.5, 1.0))
 
 
 def test_hazard_fit_geometric_and_increasing():

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from pdgym.agents.experiments import fidelity
+from pdgym.agents.apps import fidelity
 from pdgym.agents.experiments.harness import Experiment
 
 

@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pdgym.baselines.registry import make_policy, registered
 from pdgym.envs.scenario import load_scenario, merge_sim_config
@@ -103,6 +104,7 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
     # the prefix-cache metrics came after the other digests: a digest of their own where a run has a cache
     prefix = {k: metrics.pop(k) for k in PREFIX_KEYS}
     extra = {} if not any(prefix.values()) else {"prefix": _digest(json.dumps(_rounded(prefix), sort_keys=True))}
+    conservation(res.requests, cfg.workload.num_requests, metrics)
     return {
         "metrics": _digest(json.dumps(_rounded(metrics), sort_keys=True, default=str)),
         "requests": _digest(res.requests.to_csv(index=False, float_format=FLOAT)),
@@ -111,6 +113,19 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
         "rejected": metrics["rejected"],
         **extra,
     }
+
+
+def conservation(req: pd.DataFrame, n: int, metrics: dict) -> None:
+    """The simulator's conservation law (docs/architecture.md, request life cycle): each of the n requests ends
+    finished or rejected, a rejected one with a reason and a finished one without, a finished one after its first
+    token; the summary counts the same requests."""
+    assert len(req) == n and req.id.tolist() == list(range(n))
+    status = req.status.value_counts().to_dict()
+    assert set(status) <= {"finished", "rejected"}, f"requests left in flight: {status}"
+    fin, rej = req[req.status == "finished"], req[req.status == "rejected"]
+    assert (rej.reason != "").all() and (fin.reason == "").all()
+    assert (fin.first_token >= fin.arrival).all() and (fin.finish >= fin.first_token).all()
+    assert (metrics["finished"], metrics["rejected"]) == (len(fin), len(rej))
 
 
 # The digest-file helpers below are shared with tests/test_env_golden.py.
@@ -158,6 +173,5 @@ def test_every_registered_baseline_is_covered():
 
 @pytest.mark.parametrize("case", sorted(ALL))
 def test_golden(case):
-    got = run_case(*ALL[case])
-    assert got["finished"] + got["rejected"] > 0
+    got = run_case(*ALL[case])  # asserts the conservation law on the run
     match_or_record(GOLDEN, case, got, "outputs changed (behaviour change? regenerate and say why in the commit)")

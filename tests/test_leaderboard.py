@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from pdgym.agents.apps import leaderboard as L
 from pdgym.agents.common import sim_config_from
 from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.evaluation import leaderboard as L
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.baselines import make_policies
 from pdgym.envs.scenario import load_scenario
@@ -283,8 +283,8 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, match", [
-    (["pdgym.agents.evaluation.leaderboard", "split=holdout"], "split"),
-    (["pdgym.agents.evaluation.leaderboard", "n_jobs=0"], "n_jobs"),
+    (["pdgym.agents.apps.leaderboard", "split=holdout"], "split"),
+    (["pdgym.agents.apps.leaderboard", "n_jobs=0"], "n_jobs"),
     (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "show=[bogus_metric]"], "show"),
     (["pdgym.agents.evaluation.evaluate", "policy="], "policy: missing"),
     (["pdgym.agents.evaluation.evaluate", "policy=least_kv", "budget_s=0"], "budget_s"),
@@ -308,9 +308,18 @@ def test_cli_eval_writes_metrics_with_the_stop_reason(tmp_path):
 
 
 def test_cli_runs_the_tiny_preset(tmp_path):
-    r = _cli(["pdgym.agents.evaluation.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
+    r = _cli(["pdgym.agents.apps.leaderboard", "preset=tiny", f"out_dir={tmp_path}", "print=true"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ranked by" in r.stdout and (tmp_path / "latest" / "leaderboard.csv").is_file()
+    # the board's reference is the best heuristic, recomputed here from the per-seed runs: on each scenario the
+    # baseline (not a headroom row, not an agent) with the best mean of the primary metric in its direction
+    board = tmp_path / "latest"
+    runs, pairs = pd.read_csv(board / "runs.csv"), pd.read_csv(board / "paired.csv")
+    summary = json.loads((board / "summary.json").read_text())
+    for st in summary["standings"]:
+        means = runs[(runs.scenario == st["scenario"]) & (runs.kind == "baseline")].groupby("policy")[st["primary"]].mean()
+        best = means.idxmax() if st["direction"] == "higher is better" else means.idxmin()
+        assert set(pairs[pairs.scenario == st["scenario"]].reference) == {best} and st["best_baseline"] == best
 
 
 def test_the_boards_progress_flag_reaches_the_training_it_runs(tmp_path, monkeypatch):

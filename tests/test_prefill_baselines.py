@@ -333,28 +333,38 @@ def test_sbs_cuts_mean_ttft_by_moving_the_queue_off_the_device():
 
 def test_early_full_release_stops_the_interval_idling_a_ready_instance_at_overload():
     """early="full": at saturation (the cost model's full-chunk rate, 211 req/s) the interval holds a ready instance
-    idle while the buffer could fill it; releasing then cuts the scheduler queue (2 seeds x 2,500 requests: mean
-    TTFT 1.17 -> 1.03 s; 0.94 of it at 1.1x, 0.95 at 1.2x). Below saturation the buffer never fills an instance:
-    no change. The rate follows the cost model, so a change to the pass time moves the point with it."""
-    def ttft(rate, n, early):
-        return np.mean([simulate(scenario(rate, n), {"prefill": SBS(overload="throttle", early=early)}, s).summary()
-                        ["ttft_mean"] for s in (0, 1)])
+    idle while the buffer could fill it; releasing then cuts the scheduler queue. Below saturation the buffer never
+    fills an instance: no change. Bounds from the mechanism, not from a measured run: the early release only
+    shortens the wait in the scheduler's buffer, so mean TTFT falls (strictly: the interval did idle ready
+    instances) by at most the interval policy's own scheduler wait (TTFT - sched_queue_s of the same runs)."""
+    def runs(rate, n, early):
+        return [simulate(scenario(rate, n), {"prefill": SBS(overload="throttle", early=early)}, s).summary()
+                for s in (0, 1)]
+
+    def ttft(rs):
+        return np.mean([r["ttft_mean"] for r in rs])
 
     saturated = full_chunk_rate(scenario(RATE, 100))
-    assert ttft(101, 800, "full") == ttft(101, 800, "none")
-    assert ttft(saturated, 2500, "full") < 0.93 * ttft(saturated, 2500, "none")
+    assert ttft(runs(101, 800, "full")) == ttft(runs(101, 800, "none"))
+    none, full = runs(saturated, 2500, "none"), runs(saturated, 2500, "full")
+    floor = ttft(none) - np.mean([r["sched_queue_s"] for r in none])
+    assert floor <= ttft(full) < ttft(none)
 
 
 def test_length_composition_gives_short_prompts_short_passes():
-    """compose="length": short and long prompts in separate passes cut SBS's mean TTFT (measured -13% to -17%
-    at this load on 3,000 requests), the short half gaining and the long half waiting a cycle more."""
+    """compose="length": short and long prompts in separate passes cut SBS's mean TTFT, the short half gaining and
+    the long half waiting a cycle more. Bounds from the mechanism, each computed on the runs themselves rather than
+    set from a past result: the short half gains and the long half loses (directions); the mean falls, but by less
+    than the short half's whole share: the long half does not gain, so the new mean is at least half the old
+    long-half mean; the same work at the same rate below saturation keeps throughput (2% for 2,000 requests)."""
     base = [simulate(scenario(RATE, 2000), {"prefill": SBS(overload="throttle")}, s) for s in (0, 1)]
     comp = [simulate(scenario(RATE, 2000), {"prefill": SBS(overload="throttle", compose="length")}, s) for s in (0, 1)]
     for a, b in zip(base, comp):
         ra, rb = a.requests, b.requests
-        assert 0.6 < rb.ttft.mean() / ra.ttft.mean() < 0.93
         short = ra.prompt <= ra.prompt.median()
-        assert rb.ttft[short].mean() < 0.85 * ra.ttft[short].mean()
+        floor = 0.5 * ra.ttft[~short].mean() / ra.ttft.mean()  # long half (half the requests) unchanged at best
+        assert floor < rb.ttft.mean() / ra.ttft.mean() < 1.0
+        assert rb.ttft[short].mean() < ra.ttft[short].mean() and rb.ttft[~short].mean() >= ra.ttft[~short].mean()
         assert b.summary()["rps"] == pytest.approx(a.summary()["rps"], rel=0.02)  # same throughput
 
 

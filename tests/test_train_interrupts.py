@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pdgym.agents.training import model_store
+from pdgym.agents.learned import model_store
 from test_agents import ENV_VARS, SMALL_PPO, TINY  # the tiny training settings, reused
 from test_interrupts import _interrupt
 

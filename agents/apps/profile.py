@@ -540,57 +540,6 @@ def hardware_yaml(hw: HardwareProfile, fit: dict, s: Settings) -> str:
     return head + yaml.safe_dump(prof, sort_keys=False)
 
 
-def plot(df: pd.DataFrame, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
-    pre = df[df.phase == "prefill"].sort_values("tokens")
-    ax1.loglog(pre.tokens, pre.time_s * 1e3, "o", label="measured")
-    ax1.loglog(pre.tokens, pre.fitted_s * 1e3, "-", label="roofline fit")
-    ax1.set(xlabel="prefill tokens (one prompt)", ylabel="pass time (ms)", title="prefill")
-    dec = df[df.phase == "decode"]
-    for i, (ctx, g) in enumerate(dec.groupby("ctx")):
-        g = g.sort_values("batch")
-        ax2.loglog(g.batch, g.time_s * 1e3, "o", color=f"C{i}", label=f"measured, ctx {ctx}")
-        ax2.loglog(g.batch, g.fitted_s * 1e3, "-", color=f"C{i}", label=f"fit, ctx {ctx}")
-    ax2.set(xlabel="decode batch", ylabel="step time (ms)", title="decode")
-    lo, hi = df[["time_s", "fitted_s"]].min().min() * 1e3, df[["time_s", "fitted_s"]].max().max() * 1e3
-    for ph, mk in (("prefill", "o"), ("decode", "s")):
-        sub = df[df.phase == ph]
-        ax3.loglog(sub.time_s * 1e3, sub.fitted_s * 1e3, mk, label=ph)
-    ax3.loglog([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
-    ax3.set(xlabel="measured (ms)", ylabel="fitted (ms)", title="fitted vs measured")
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
-
-    def plain_ticks(axis, values) -> None:
-        """Labels at `values` as plain numbers, none on minor ticks: matplotlib's log labels either crowd a narrow
-        range with overlapping minor labels or leave it with one label."""
-        axis.set_major_locator(FixedLocator(sorted(set(values))))
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        axis.set_minor_formatter(NullFormatter())
-
-    def spread(lo, hi):  # five values from lo to hi, two significant digits
-        return [float(f"{v:.2g}") for v in np.geomspace(lo, hi, 5)]
-
-    for ax in (ax1, ax2, ax3):
-        ax.legend(fontsize=7)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.tick_params(labelsize=7)
-    plain_ticks(ax1.xaxis, [int(v) for v in pre.tokens])  # x: the grid's own values
-    plain_ticks(ax2.xaxis, [int(v) for v in dec.batch])
-    for axis, ax in ((ax1.yaxis, ax1), (ax2.yaxis, ax2), (ax3.xaxis, ax3), (ax3.yaxis, ax3)):
-        lim = ax.get_ylim() if axis is ax.yaxis else ax.get_xlim()
-        plain_ticks(axis, spread(*lim))
-        (ax.set_ylim if axis is ax.yaxis else ax.set_xlim)(lim)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # --------------------------------------------------------------------------- the app
 @hydra_cli("pdgym-profile", "profile", validate=settings)
 def main(cfg: DictConfig) -> dict:
@@ -616,9 +565,11 @@ def main(cfg: DictConfig) -> dict:
     with atomic_path(out / "hardware_fit.yaml") as tmp:
         tmp.write_text(hardware_yaml(s.hw, fit, s))
     if s.plots:
+        from pdgym.agents.plots import profile_fit
+
         with atomic_path(out / "profile.png") as tmp:
             part = "".join(f", {k} {v}" for k, v in (("ep", s.ep), ("shrink", s.shrink)) if v != 1)
-            plot(df, tmp, f"{s.model.name}{part} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu "
+            profile_fit(df, tmp, f"{s.model.name}{part} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu "
                           f"{fit['mfu']:.3g}, mbu {fit['mbu']:.3g}, overhead {fit['pass_overhead_s'] * 1e3:.3g} ms")
     rel = np.abs(fit["rel_err"])
     summary = {

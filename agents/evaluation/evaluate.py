@@ -291,7 +291,7 @@ def model_file(path: Path) -> Path:
     for name in ("best_model.zip", "final_model.zip"):
         if (path / name).is_file():
             return path / name
-    from pdgym.agents.training.model_store import latest_complete
+    from pdgym.agents.learned.model_store import latest_complete
 
     ckpt = latest_complete(path / "checkpoints")
     if ckpt is not None:
@@ -319,7 +319,7 @@ class LoadedAgent:
 def load_agent(path: str | Path) -> LoadedAgent:
     """Load a model written by pdgym-train (its run directory, or a .zip inside it) through the model
     store: the network is rebuilt from its saved spec and only weights and arrays are read (no pickle)."""
-    from pdgym.agents.training.model_store import load_predictor
+    from pdgym.agents.learned.model_store import load_predictor
 
     p = Path(path)
     if not p.exists():

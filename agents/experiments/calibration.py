@@ -118,10 +118,10 @@ def slice_figure(path) -> None:
 
 def figures(out) -> list:
     """Every shipped pdgym-profile and slice measurement as a figure in `out` (docs/calibration/): the slice (H200
-    and H100), and each pdgym-profile file with its roofline fit (agents/apps/profile.py's own plot)."""
+    and H100), and each pdgym-profile file with its roofline fit (agents/plots.py's profile_fit, pdgym-profile's own figure)."""
     from pathlib import Path
 
-    from pdgym.agents.apps.profile import plot
+    from pdgym.agents.plots import profile_fit
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def figures(out) -> list:
                         ("h200_qwen3_30b_a3b_ep16_profile", "Qwen3-30B-A3B, one device of EP 16, on an H200"),
                         ("h100_qwen3_8b_profile", "Qwen3-8B on an H100")):
         df = load(f"{name}.csv")
-        plot(df, out / f"{name}.png", f"{title} (pdgym-profile; points measured, lines its roofline fit)")
+        profile_fit(df, out / f"{name}.png", f"{title} (pdgym-profile; points measured, lines its roofline fit)")
         written.append(out / f"{name}.png")
     return written
 

@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.learned.model_store import checkpoints
 from pdgym.envs.sim.metrics import write_json
 from stable_baselines3.common.callbacks import BaseCallback
-
-from .model_store import checkpoints
 
 # What the held-out evaluation logs under eval/ (mean over its seeds).
 LOGGED = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "ttft_mean", "tpot_mean", "throughput_tok_s", "rps",

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
-
-from . import model_store as M
 
 
 @dataclass

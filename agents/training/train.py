@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 from . import callbacks as C
 from . import curves
-from . import model_store as M
 from .env_factory import env_factories, env_kwargs, make_vec_env, probe, scenario_raw
 from .schema import AgentSchema, EnvSchema, TrainSchema, identity, identity_diff, register_resolvers, validate
 

@@ -1,0 +1,277 @@
+"""`pdgym-leaderboard`: every registered baseline and every listed agent on every leaderboard scenario.
+
+    pdgym-leaderboard                    # conf/leaderboard.yaml: the full board (4 scenarios, 10 seeds)
+    pdgym-leaderboard preset=quick       # the `make run` demonstration: fewer requests and seeds + a quick agent
+
+Each board goes to its own dated directory OUT_DIR/<YYYY-mm-dd_HH-MM-SS>/ and OUT_DIR/latest points at the
+newest good one (a board where some scenario has no successful run exits 1 and leaves `latest` alone
+unless `tolerate_failures=true`). It holds leaderboard.{csv,md,html} (csv columns: scenario, policy,
+kind, metric, mean, ci_low, ci_high, seeds), paired.csv (each policy against the scenario's reference),
+aggregate.csv (IQM and probability of improvement across seeds and scenarios), regime.csv, runs.csv (every
+seed's metrics) and plots/. The HTML page is self-contained (images inline, tables sortable).
+
+Statistics (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"): every policy of a
+scenario replays the same traffic per seed (common random numbers: the workload comes from the seed
+alone), so each policy is compared with the reference (the best heuristic: the best-ranked baseline that
+is not a headroom row) by a paired bootstrap interval of mean(policy) / mean(reference) - 1 over seeds.
+Across seeds and scenarios: the interquartile mean of the normalised score (reference mean / value for a
+lower-is-better metric, value / reference mean otherwise; 1 = the reference) and the probability of
+improvement over the reference (rliable.metrics). Rule for enough seeds: on each scenario the widest
+paired interval on the primary metric must be narrower than the scenario's `effect` (the smallest relative
+difference the board exists to show); the board says whether it holds (`seeds_enough`) per scenario.
+
+Regime (issue: every experiment states it): each scenario declares `regime` (offered load relative to
+measured capacity; decode: pool occupancy and the fraction of decode steps with an empty pool, over the
+loaded window) and it is measured on the runs of its `regime_policy`; a scenario outside is flagged in
+every output. `load: X` sets the arrival rate to X times the capacity measured by a burst run (every
+request at once) of the regime policy. `headroom` rows (oracle / hindsight policies, e.g. BR-H with the
+true output lengths) show the gap a learned policy can close; they are never the reference.
+
+The board's pieces live in agents/evaluation: leaderboard_run (scenarios, candidates, runs, capacity),
+leaderboard_stats (every statistic above), leaderboard_render (tables, Markdown, HTML, console) and
+leaderboard_plots (figures). This module is the app that checks the config, trains the `train:` entries with
+pdgym-train's code, runs the pieces in order and writes the board directory; it sits in apps, above both
+training and evaluation, because it uses both.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from pdgym.agents.common import check_label, commit_id
+from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.leaderboard_plots import make_plots
+from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
+from pdgym.agents.evaluation.leaderboard_run import (
+    BoardScenario,
+    _candidates,
+    _resolve_cached,
+    agent_point,
+    board_scenarios,
+    measure_capacity,
+    regime_policy,
+    run_board,
+)
+from pdgym.agents.evaluation.leaderboard_stats import (
+    aggregate,
+    measure_regime,
+    merge_aliases,
+    paired,
+    seeds_rule,
+    standings,
+    summarise,
+)
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.metrics import write_json
+
+# The app, and the board's pieces importable from it as before the split (tests, notebooks).
+__all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "_candidates",
+           "_resolve_cached"]
+
+
+# --------------------------------------------------------------------------- training entries
+def train_agents(entries: list[dict], out: Path, progress: bool = True) -> list[dict]:
+    """Train each `train:` entry with pdgym-train's code (in this process) and list it as an agent; the board's
+    `progress` applies to the training's bars too unless the entry sets its own."""
+    agents = []
+    if not entries:
+        return agents
+    from pdgym.agents.training import train
+
+    for e in entries:
+        e = dict(e)
+        label = e.pop("label")
+        run = out / "agents" / label
+        overrides = list(e.pop("overrides", []))
+        if not any(str(o).lstrip("+~").startswith("progress=") for o in overrides):
+            overrides.append(f"progress={str(bool(progress)).lower()}")
+        train.train_from_overrides(overrides, run, name=label)
+        agents.append({"label": label, "path": str(run), "scenarios": e.pop("scenarios", None)})
+    return agents
+
+
+# --------------------------------------------------------------------------- the app
+def check_config(cfg: dict) -> dict:
+    """Every input checked before anything runs or is written: one ConfigError line naming the key."""
+    seeds = cfg.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                            and s >= 0 for s in seeds):
+        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: got {seeds!r}; each seed once")
+    mx = cfg.get("max_seeds")
+    if mx is not None and (isinstance(mx, bool) or not isinstance(mx, int) or mx < len(seeds)):
+        raise ConfigError(f"max_seeds: got {mx!r}; must be an integer >= the number of seeds ({len(seeds)}), or null")
+    splits = cfg.get("splits") or {}
+    if cfg.get("split") is not None and cfg["split"] not in splits:
+        raise ConfigError(f"split: got {cfg['split']!r}; allowed: {', '.join(splits)}, null")
+    n_jobs = cfg.get("n_jobs")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
+        raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
+    E.check_metric_names("metrics", cfg.get("metrics"))
+    E.check_budget("budget_s", cfg.get("budget_s"))
+    for key in ("agents", "train"):
+        if not isinstance(cfg.get(key) or [], list):
+            raise ConfigError(f"{key}: got {cfg.get(key)!r}; must be a list of entries")
+    labels = []
+    for a in cfg.get("agents") or []:
+        if not isinstance(a, dict) or set(a) - {"label", "path", "scenarios"} or "label" not in a or "path" not in a:
+            raise ConfigError(f"agents: entry {a!r} must be {{label, path, scenarios (optional)}}")
+        labels.append(check_label(a["label"], "agents.label"))
+        if not Path(str(a["path"])).exists():
+            raise ConfigError(f"agents.{a['label']}.path: {a['path']} does not exist")
+    for e in cfg.get("train") or []:
+        if not isinstance(e, dict) or "label" not in e or set(e) - {"label", "overrides", "scenarios"}:
+            raise ConfigError(f"train: entry {e!r} must be {{label, overrides, scenarios (optional)}}")
+        labels.append(check_label(e["label"], "train.label"))
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"agents / train: duplicate labels in {labels}")
+    scenarios = board_scenarios(cfg.get("scenarios") or {})
+    if not scenarios:
+        raise ConfigError("scenarios: none left to run")
+    for sc in scenarios:  # compose each scenario once: a bad override fails here, before any run
+        sc.raw()
+        E.check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
+    return {"seeds": seeds, "scenarios": scenarios}
+
+
+def board_dir(out: Path) -> Path:
+    """A new dated directory under `out` (never an existing one)."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    d = out / stamp
+    k = 1
+    while d.exists():
+        d = out / f"{stamp}_{k}"
+        k += 1
+    d.mkdir(parents=True)
+    return d
+
+
+def point_latest(out: Path, target: Path) -> None:
+    """OUT/latest -> target, replaced atomically."""
+    link = out / "latest"
+    tmp = out / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(target.name, tmp)
+    os.replace(tmp, link)
+
+
+def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
+                           cfg: dict, budget: float | None, rates: dict) -> tuple[pd.DataFrame, list[dict], dict]:
+    """Run the board on `seeds`, then apply the seeds rule: while a scenario's widest paired interval is not
+    narrower than its `effect` and it has fewer than `max_seeds` seeds, run it on the next len(seeds) seed
+    indices. Returns all runs, all failures and {scenario: seeds added}."""
+    max_seeds = int(cfg.get("max_seeds") or len(seeds))
+    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
+                               rates)
+    added: dict = {}
+    count = {sc.key: len(seeds) for sc in scenarios}
+    nxt = max(seeds) + 1
+    while True:
+        merged, _ = merge_aliases(runs, scenarios)
+        pairs = paired(merged, scenarios)
+        short = [sc for sc in scenarios if count[sc.key] < max_seeds and not seeds_rule(pairs, sc)["seeds_enough"]
+                 and len(pairs) and (pairs.scenario == sc.key).sum() > 1]
+        if not short:
+            return runs, failures, added
+        more = list(range(nxt, nxt + min(len(seeds), max_seeds - min(count[sc.key] for sc in short))))
+        nxt += len(more)
+        print(f"seeds rule not met on {', '.join(sc.key for sc in short)}: adding seeds {more}", file=sys.stderr)
+        r2, f2 = run_board(short, agents, more, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget, rates)
+        runs = pd.concat([runs, r2], ignore_index=True)
+        failures += f2
+        for sc in short:
+            count[sc.key] += len(more)
+            added.setdefault(sc.key, []).extend(more)
+
+
+def build(cfg: dict) -> dict:
+    """Run the whole board from a plain config dict; returns paths and the standings."""
+    t0, commit = time.perf_counter(), commit_id()  # the code the board starts from
+    checked = check_config(cfg)
+    scenarios, seeds = checked["scenarios"], checked["seeds"]
+    split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
+    budget = E.check_budget("budget_s", cfg.get("budget_s"))
+    root = Path(cfg["out_dir"])
+    out = board_dir(root)
+    agents = [dict(a) for a in cfg.get("agents") or []]
+    agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
+    capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
+                if sc.regime or sc.load}
+    rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
+             if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
+    runs, failures, added = add_seeds_until_enough(scenarios, agents, seeds, split, cfg, budget, rates)
+    runs, aliases = merge_aliases(runs, scenarios)
+    metrics = list(cfg["metrics"])
+    table = summarise(runs, scenarios, metrics)
+    pairs = paired(runs, scenarios)
+    agg = aggregate(runs, scenarios)
+    regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
+    rules = [seeds_rule(pairs, sc) for sc in scenarios]
+    meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "commit": commit, "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
+            "banner": cfg.get("banner") or ""}
+    b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
+    b.standings = standings(table, scenarios, pairs)
+    for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),
+                        ("aggregate.csv", agg), ("regime.csv", pd.DataFrame(regimes))):
+        frame.to_csv(out / (name + ".tmp"), index=False)
+        (out / (name + ".tmp")).replace(out / name)
+    plot_dir = out / "plots"
+    if cfg["plots"]:
+        make_plots(runs, table, scenarios, plot_dir)
+    write_markdown(b, out / "leaderboard.md")
+    write_html(b, plot_dir, out / "leaderboard.html")
+    empty = [sc.key for sc in scenarios if not len(runs) or not (runs.scenario == sc.key).any()]
+    good = not empty or bool(cfg.get("tolerate_failures"))
+    summary = {"out_dir": str(out), "scenarios": [s.key for s in scenarios], "seeds": seeds,
+               "runs": len(runs), "failures": failures, "failed_scenarios": empty, "standings": b.standings,
+               "regimes": regimes, "seeds_rule": rules, "aliases": {f"{k[0]}/{k[1]}": v for k, v in aliases.items()},
+               "meta": meta, "wall_time_s": time.perf_counter() - t0}
+    write_json(out / "summary.json", summary)
+    if good:
+        point_latest(root, out)
+    if cfg.get("print", True):
+        if meta["banner"]:
+            print(meta["banner"])
+        print_board(b)
+        print(f"\nleaderboard: {out / 'leaderboard.md'} | {out / 'leaderboard.html'} | {out / 'leaderboard.csv'}; "
+              f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)" + (f"; {root / 'latest'} -> {out.name}"
+                                                                          if good else ""))
+    if not good:
+        print(f"pdgym-leaderboard: every run failed on {', '.join(empty)} (see {out / 'leaderboard.md'}); "
+              f"{root / 'latest'} left unchanged; tolerate_failures=true accepts such a board", file=sys.stderr)
+        raise SystemExit(1)
+    return summary
+
+
+def _app_task(cfg) -> dict:
+    """The board in Hydra's run (looked up by name: launchers may run it elsewhere)."""
+    from pdgym.agents.common import to_container
+
+    return build(to_container(cfg))
+
+
+def validate(cfg) -> None:
+    """`check_config` before Hydra creates the run folder (agents/common.hydra_cli): seeds, split, n_jobs,
+    metrics, budget_s, agents / train entries, and every scenario composed once."""
+    from pdgym.agents.common import to_container
+
+    check_config(to_container(cfg))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
+    from pdgym.agents.common import hydra_cli
+
+    hydra_cli("pdgym-leaderboard", "leaderboard", validate=validate)(_app_task)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

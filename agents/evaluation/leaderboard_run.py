@@ -1,0 +1,197 @@
+"""Running a leaderboard: its scenarios (declared in conf/leaderboard.yaml, checked key by key), the
+candidates ranked on each, every (scenario, candidate, seed) run in worker processes, and the burst run that
+measures a scenario's capacity (the `load` a scenario declares is relative to it)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pdgym.agents.common import check_label
+from pdgym.agents.evaluation import evaluate as E
+from pdgym.envs.sim.config import ConfigError
+
+
+@dataclass
+class BoardScenario:
+    """One leaderboard scenario: a named scenario + overrides, the decision point under test, its ranking,
+    its declared regime and headroom rows."""
+
+    key: str
+    scenario: str
+    point: str
+    primary: str
+    overrides: list[str] = field(default_factory=list)
+    policies: dict = field(default_factory=dict)  # fixed baselines at the other decision points
+    baselines: list | None = None  # None: every registered baseline of `point`
+    exclude: list[str] = field(default_factory=list)  # registered baselines left out (e.g. oracle-only)
+    headroom: list = field(default_factory=list)  # oracle / hindsight rows: [{label, name, params...}]
+    headroom_note: str = ""  # what the headroom rows are, or why there is none
+    load: float | None = None  # arrival rate = load x capacity measured by a burst of the regime policy
+    regime_policy: str | None = None  # the baseline whose runs measure the regime (default: the scenario's own policy); always run
+    regime: dict = field(default_factory=dict)  # declared bounds: load, pool_mean_min, pool_empty_max, why
+    effect: float = 0.05  # smallest relative difference on `primary` the board exists to show
+    note: str = ""
+
+    def raw(self, rate: float | None = None) -> dict:
+        from pdgym.envs.scenario import load_scenario
+
+        raw = load_scenario(self.scenario, list(self.overrides)).raw
+        pol = dict(raw.get("policy") or {})
+        pol.update(self.policies)
+        raw = dict(raw, policy=pol)
+        if rate is not None:
+            raw = dict(raw, workload=dict(raw["workload"], rate=float(rate)))
+        return raw
+
+
+REGIME_KEYS = ("load", "pool_mean_min", "pool_empty_max", "why")
+
+
+def board_scenarios(spec: dict) -> list[BoardScenario]:
+    out = []
+    allowed = [f for f in BoardScenario.__dataclass_fields__ if f != "key"]
+    for key, s in spec.items():
+        if s is None:  # a preset removes a scenario by setting it to null
+            continue
+        check_label(key, f"scenarios.{key}")
+        s = dict(s)
+        for k in s:
+            if k not in allowed:
+                raise ConfigError(f"scenarios.{key}.{k}: unknown key; allowed: {', '.join(allowed)}")
+        for k in ("scenario", "point", "primary"):
+            if k not in s:
+                raise ConfigError(f"scenarios.{key}.{k}: missing")
+        if s["point"] not in E.POINTS:
+            raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(E.POINTS)}")
+        if s["primary"] not in E.METRIC_KEYS:
+            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(E.METRIC_KEYS)}")
+        for k in s.get("regime") or {}:
+            if k not in REGIME_KEYS:
+                raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")
+        if s.get("load") is not None and not (isinstance(s["load"], (int, float)) and s["load"] > 0):
+            raise ConfigError(f"scenarios.{key}.load: got {s['load']!r}; must be a positive number or null")
+        for h in s.get("headroom") or []:
+            if not isinstance(h, dict) or "label" not in h or "name" not in h:
+                raise ConfigError(f"scenarios.{key}.headroom: entry {h!r} needs label and name")
+            check_label(h["label"], f"scenarios.{key}.headroom.label")
+        s["regime"] = dict(s.get("regime") or {})
+        s["headroom"] = list(s.get("headroom") or [])
+        out.append(BoardScenario(key=key, **s))
+    return out
+
+
+# --------------------------------------------------------------------------- running
+def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
+    """(label, kind, spec) of everything ranked on a scenario; kind: baseline | headroom | agent;
+    spec: baseline spec or model path."""
+    from pdgym.baselines import registered
+
+    names = sc.baselines if sc.baselines is not None else registered(sc.point)
+    out = []
+    for kind, entries in (("baseline", names), ("headroom", sc.headroom)):
+        for b in entries:
+            spec = {"name": b} if isinstance(b, str) else dict(b)
+            if spec["name"] in sc.exclude and kind == "baseline":
+                continue
+            label = spec.pop("label", None) or spec["name"]
+            out.append((label, kind, spec))
+    pol = regime_policy(sc)
+    if (sc.regime or sc.load) and pol and pol not in {label for label, _, _ in out}:
+        out.append((pol, "baseline", {"name": pol}))  # the regime (and `load`'s capacity) is measured on its runs
+    for a in agents:
+        wanted = a.get("scenarios")
+        if (wanted is None and agent_point(a["path"]) == sc.point) or (wanted is not None and sc.key in wanted):
+            out.append((a["label"], "agent", str(a["path"])))
+    return out
+
+
+def agent_point(path: str) -> str:
+    """Decision point of a trained agent, from its agent.json (no model loading)."""
+    p = E.model_file(Path(path))
+    for d in (p.parent, p.parent.parent):
+        if (d / E.AGENT_META).is_file():
+            return json.loads((d / E.AGENT_META).read_text())["point"]
+    raise ConfigError(f"agents: {path} has no {E.AGENT_META} (not a pdgym-train run?)")
+
+
+def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | None, index: int,
+          rate: float | None, budget_s: float | None) -> dict:
+    """One (scenario, policy, seed) run, in a worker process; failures come back as a message."""
+    try:
+        cand = _resolve_cached(label, kind, spec if isinstance(spec, str) else tuple(sorted(spec.items())), sc.point)
+        raw = sc.raw(rate)
+        out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
+        return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
+    except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+
+
+_CACHE: dict = {}
+
+
+def _resolve_cached(label: str, kind: str, spec, point: str) -> E.Candidate:
+    key = (label, kind, spec, point)
+    if key not in _CACHE:
+        _CACHE[key] = E.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
+    return _CACHE[key]
+
+
+def regime_policy(sc: BoardScenario) -> str:
+    """The baseline whose runs measure the regime (and the capacity): the declared one, else the
+    scenario's configured policy at its decision point."""
+    if sc.regime_policy:
+        return sc.regime_policy
+    pol = sc.raw()["policy"].get(sc.point)
+    return pol if isinstance(pol, str) else (pol or {}).get("name", "")
+
+
+def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | None = None) -> float:
+    """Requests per second the regime policy sustains on this scenario's traffic (split run 0): every
+    request arrives at once, completions per second between the 20% and 80% completion quantiles (of the
+    first tokens for a prefill scenario: the stage under test; of the finishes otherwise).
+    NaN for a closed loop (its load is concurrency over the running batch; see measure_regime).
+    `max_requests` caps the burst (the tier is full well before; a 20K-request pool only slows the run)."""
+    raw = sc.raw()
+    wl = raw["workload"]
+    if wl.get("arrival") == "closed":
+        return math.nan
+    n = min(int(wl["num_requests"]), int(max_requests)) if max_requests else int(wl["num_requests"])
+    burst = dict(raw, workload=dict(wl, arrival="poisson", rate=1e6, time_scale=None, num_requests=n))
+    cand = E.resolve(regime_policy(sc), sc.point)
+    out = E.run_one(burst, raw["policy"], cand, split, 0)
+    fin = out.result.requests.query("status == 'finished'")
+    f = np.sort((fin.first_token if sc.point == "prefill" else fin.finish).to_numpy())
+    if len(f) < 10:
+        return math.nan
+    lo, hi = f[int(0.2 * len(f))], f[int(0.8 * len(f)) - 1]
+    return float((int(0.8 * len(f)) - int(0.2 * len(f))) / max(hi - lo, 1e-12))
+
+
+def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
+              n_jobs: int = 1, progress: bool = True, budget_s: float | None = None,
+              rates: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
+    """Every (scenario, candidate, seed): returns the per-seed table and the failures."""
+    from joblib import Parallel, delayed
+    from tqdm import tqdm
+
+    rates = rates or {}
+    jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in _candidates(sc, agents)
+            for i in seeds]
+    par = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)
+    results = par(delayed(_task)(sc, label, kind, spec, split, i, rates.get(sc.key), budget_s)
+                  for sc, label, kind, spec, i in jobs)
+    rows, failures = [], []
+    for (sc, label, kind, _, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
+                                           disable=not progress):
+        if r["ok"]:
+            rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"],
+                         "stopped": r["stopped"]})
+        else:
+            failures.append({"scenario": sc.key, "policy": label, "seed": i, "error": r["error"]})
+    return pd.DataFrame(rows), failures
