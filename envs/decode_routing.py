@@ -15,6 +15,7 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
+from pdgym.baselines.shared import Projector
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.shadow import AdmissionDryRun
@@ -46,7 +47,7 @@ class _Router(DecodeRouter):
         self.order = order
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
         self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
-        self.projector = None
+        self.projector: Projector | None = None
         if horizon_features is not None:
             try:
                 self.projector = BRH(horizon=horizon, predictor=horizon_features, train_trace=train_trace)

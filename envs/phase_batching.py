@@ -2,8 +2,8 @@
 
 `PhaseBatchingEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
 shares with `AgentPolicy` (a trained agent as a BatchingPolicy inside `simulate()`). The threshold
-mode drives the EB phase machine of baselines/exclusive_batching.py, held by the core (composition:
-the core is a BatchingPolicy of its own, not a subclass of the baseline).
+mode drives the EB phase machine of baselines/exclusive_batching.py, held by the core and used through
+its read API (baselines/shared.py, PhaseMachine): the core is a BatchingPolicy of its own, not a subclass.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Callable
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
-from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
+from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats
+from pdgym.baselines.shared import PhaseMachine
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.sim.config import ConfigError
@@ -32,26 +33,17 @@ DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
 DEFAULT_THETA = 0.1  # EB's default threshold: what an invalid threshold action falls back to
 
 
-class AgentState(UnitState):
+class AgentState:
+    """The agent's side of one DP unit (EB's own phase state stays in the phase machine)."""
+
     __slots__ = ("iters_left", "last", "mb", "pending", "theta")
 
     def __init__(self):
-        super().__init__()
-        self.theta = DEFAULT_THETA
+        self.theta = DEFAULT_THETA  # what the agent set (the phase machine runs it: EB.set_theta)
         self.mb = False
         self.iters_left = 0
         self.pending = True  # a decision is due (threshold mode: start of a cycle)
         self.last = -1  # last batch kind (0 prefill, 1 decode, 2 mixed)
-
-
-class _ThetaEB(EB):
-    """EB's phase machine with a per-unit theta the agent sets (AgentState.theta)."""
-
-    def new_state(self):
-        return AgentState()
-
-    def current_theta(self, st):
-        return st.theta
 
 
 class _AgentBatching(BatchingPolicy):
@@ -63,7 +55,7 @@ class _AgentBatching(BatchingPolicy):
                  continuous: bool = False, theta_min: float = 0.01, theta_max: float = 0.8,
                  mb_cycle_iters: int = 32, max_dp: int = 8, instance: int = 0, skip_forced: bool = True,
                  fallback="mb"):
-        self.eb = _ThetaEB(theta=DEFAULT_THETA)
+        self.eb: PhaseMachine = EB(theta=DEFAULT_THETA)
         check_choice(mode, "env.mode", MODES)
         self.mode = mode
         try:
@@ -134,6 +126,7 @@ class _AgentBatching(BatchingPolicy):
     # -------------------------------------------------------------- life cycle
     def reset(self, sim):
         self.eb.reset(sim)
+        self._agent: dict[tuple[int, int], AgentState] = {}
         self.check_instance(sim)
         self.fallback.reset(sim)
         self.mixed.reset(sim)
@@ -143,7 +136,10 @@ class _AgentBatching(BatchingPolicy):
         self.plan: dict[int, int | None] | None = None  # phase mode: this iteration's batch kinds
 
     def unit_state(self, inst: int, unit: int) -> AgentState:
-        return self.eb.unit_state(inst, unit)
+        st = self._agent.get((inst, unit))
+        if st is None:
+            st = self._agent[(inst, unit)] = AgentState()
+        return st
 
     def on_timer(self, sim, tag):
         self.fallback.on_timer(sim, tag)
@@ -183,11 +179,11 @@ class _AgentBatching(BatchingPolicy):
             st.theta = self.grid[a % len(self.grid)]
             st.mb = a >= len(self.grid)
         st.pending = False
+        self.eb.set_theta(inst, unit, st.theta)
         if st.mb:
             st.iters_left = self.mb_cycle_iters
         else:  # EB from here: finish chunks in flight, then let theta decide the next refill
-            st.phase = REFILL if sim.colocated[inst].units[unit].prefilling else DECODE
-            st.target = 0
+            self.eb.resume(inst, unit, refill=bool(sim.colocated[inst].units[unit].prefilling))
 
     def next_batch(self, sim, inst, unit):
         if inst != self.instance:
@@ -241,9 +237,10 @@ class _AgentBatching(BatchingPolicy):
                 st.pending = st.iters_left <= 0
                 st.last = MIXED_A if b.prefill and b.decode else (PREFILL_A if b.prefill else DECODE_A)
             return b
-        was_refill = st.phase == REFILL
+        machine = self.eb.unit_state(inst, unit)
+        was_refill = machine.phase == REFILL
         b = self.eb.next_batch(sim, inst, unit)
-        if was_refill and st.phase == DECODE:
+        if was_refill and machine.phase == DECODE:
             st.pending = True  # a refill ended: the next cycle's theta is due
         if b is not None:
             st.last = PREFILL_A if b.prefill else DECODE_A
