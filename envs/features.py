@@ -8,8 +8,9 @@ feature is appending one `Feature`; indices, bounds and docs follow.
 
 A feature fills `width` entries: "1", or a product of integers and the env's dimension names
 ("3 K", "N D", "D"). `fn(ctx)` reads the per-observation context the env prepares once and
-returns a float (or None: leave zeros), an array of `width` values (global), or per slot a
-column of values or a (slots, width) block (row; padding rows stay zero). `when` names a
+returns a float (one entry) or an array of `width` values (None: leave them zero); a row
+feature returns one value per filled row (one entry) or a (rows, width) block; padding rows stay
+zero. `when` names a
 boolean attribute of the env's policy core: the feature exists only when it is true.
 """
 
@@ -61,33 +62,35 @@ def _offset(terms: list[tuple[str, str | None]]) -> str:
     return " ".join(out) if out else "0"
 
 
+def _select(placed: list[tuple[int, Callable]]) -> tuple[slice | np.ndarray, list[Callable]]:
+    """Where the one-entry features go (a slice when they are contiguous: the common case, cheaper) and their fns."""
+    idx = [i for i, _ in placed]
+    sel = slice(idx[0], idx[-1] + 1) if idx and idx == list(range(idx[0], idx[-1] + 1)) else np.array(idx, dtype=np.intp)
+    return sel, [fn for _, fn in placed]
+
+
 class Layout:
     """The features that apply to one core (its `when` flags) at given dimensions, and their positions."""
 
     def __init__(self, glob: Sequence[Feature], row: Sequence[Feature], core: Any, dims: dict[str, int],
                  n_slots: int):
-        def active(fs):
-            return [f for f in fs if f.when is None or getattr(core, f.when)]
+        def place(fs):
+            scalars, blocks, lo, hi, off = [], [], [], [], 0
+            for f in fs:
+                if f.when is not None and not getattr(core, f.when):
+                    continue
+                w = _count(f.width, dims)
+                (scalars.append((off, f.fn)) if w == 1 else blocks.append((off, off + w, f.fn)))
+                lo += [f.low] * w
+                hi += [f.high] * w
+                off += w
+            return scalars, blocks, lo, hi, off
 
+        gs, self._g_blocks, lo, hi, self.global_dim = place(glob)
+        rs, self._r_blocks, rlo, rhi, self.slot_dim = place(row)
+        self._g_sel, self._g_fns = _select(gs)
+        self._r_sel, self._r_fns = _select(rs)
         self.n_slots = n_slots
-        self._g, off = [], 0
-        lo, hi = [], []
-        for f in active(glob):
-            w = _count(f.width, dims)
-            self._g.append((f.fn, off, off + w, w == 1))
-            lo += [f.low] * w
-            hi += [f.high] * w
-            off += w
-        self.global_dim = off
-        self._r, off = [], 0
-        rlo, rhi = [], []
-        for f in active(row):
-            w = _count(f.width, dims)
-            self._r.append((f.fn, off, off + w, w == 1))
-            rlo += [f.low] * w
-            rhi += [f.high] * w
-            off += w
-        self.slot_dim = off
         self.size = self.global_dim + n_slots * self.slot_dim
         self.low = np.array(lo + rlo * n_slots, dtype=np.float64)
         self.high = np.array(hi + rhi * n_slots, dtype=np.float64)
@@ -101,24 +104,22 @@ class Layout:
         return spaces.Box(self.low.astype(np.float32), self.high.astype(np.float32), dtype=np.float32)
 
     def build(self, ctx: Any, n_rows: int) -> np.ndarray:
-        """The observation: every feature's `fn(ctx)`, rows 0..n_rows-1 filled, clipped to the bounds."""
-        g = np.zeros(self.global_dim, dtype=np.float64)
-        for fn, a, b, one in self._g:
+        """The observation: every feature's `fn(ctx)` (None: zeros), rows 0..n_rows-1 filled, clipped to the bounds."""
+        out = np.zeros(self.size, dtype=np.float64)
+        g = self.global_dim
+        out[self._g_sel] = [fn(ctx) for fn in self._g_fns]
+        for a, b, fn in self._g_blocks:
             v = fn(ctx)
             if v is not None:
-                if one:
-                    g[a] = v
-                else:
-                    g[a:b] = v
-        s = np.zeros((self.n_slots, self.slot_dim), dtype=np.float64)
-        rows = s[:n_rows]
-        for fn, a, b, one in self._r:
-            v = fn(ctx)
-            if one:
-                rows[:, a] = v
-            else:
-                rows[:, a:b] = v
-        return np.clip(np.concatenate([g, s.ravel()]), self.low, self.high).astype(np.float32)
+                out[a:b] = v
+        rows = out[g:].reshape(self.n_slots, self.slot_dim)[:n_rows]
+        if n_rows:
+            rows.T[self._r_sel] = [fn(ctx) for fn in self._r_fns]
+        for a, b, fn in self._r_blocks:
+            rows[:, a:b] = fn(ctx)
+        np.maximum(out, self.low, out=out)
+        np.minimum(out, self.high, out=out)
+        return out.astype(np.float32)
 
 
 def _num(x: float) -> str:
@@ -127,7 +128,7 @@ def _num(x: float) -> str:
 
 def table(glob: Sequence[Feature], row: Sequence[Feature], row_name: str = "slot i") -> str:
     """The docstring table of a declaration: index (symbolic; [+ ...]: only when that optional feature is
-    on), entries, meaning, bounds. G is the global part's size, S a row's."""
+    on), entries, meaning, bounds. G is the global part's size, R a row's."""
     lines = ["| index | entries | feature | min | max |", "|---|---|---|---|---|"]
 
     def rows(fs, prefix):
@@ -139,7 +140,7 @@ def table(glob: Sequence[Feature], row: Sequence[Feature], row_name: str = "slot
             terms.append((f.width, f.when))
 
     rows(glob, "")
-    rows(row, f"G + S {row_name.split()[-1]} + ")
+    rows(row, f"G + R {row_name.split()[-1]} + ")
     return "\n    ".join(lines)
 
 

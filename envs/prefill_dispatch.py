@@ -75,16 +75,16 @@ def _classes(o: _Obs, value) -> np.ndarray | None:
     return np.array([value(ids) if ids else 0.0 for ids in (o.short, o.long)])
 
 
-def _median(o: _Obs):
+def _median(o: _Obs) -> float:
     if not o.nb:
-        return None
+        return 0.0
     med = o.core.classes.median
     return med / o.chunk if math.isfinite(med) else 0.0
 
 
-def _passed_over(o: _Obs):
+def _passed_over(o: _Obs) -> float:
     if not o.nb or not o.long:
-        return None
+        return 0.0
     passed = o.core.classes.passed_over
     return sum(1 for r in o.long if r in passed) / len(o.long)
 
@@ -140,7 +140,7 @@ GLOBAL = (
     Feature("target", _target, 0, 1, "the release goes to instance i (one-hot)", width="N", when="composition"),
 )
 ROW = (
-    Feature("present", lambda o: 1.0, 0, 1, "instance i present"),
+    Feature("present", lambda o: [1.0] * o.n, 0, 1, "instance i present"),
     Feature("healthy", lambda o: o.healthy, 0, 1, "healthy"),
     Feature("busy", lambda o: o.cap.busy(), 0, 1,
             "busy (no EndForward since our last dispatch, a quiescence poll finds work)"),
@@ -235,7 +235,7 @@ class _Core(PrefillScheduler):
         self.intents: dict[int, tuple[int, int | None]] = {}
         self._rr: dict[int, int] = {}  # per instance: dispatches the engine placed round robin (teacher)
         self._proxy = None
-        self._target = None  # composition: the instance SBS is releasing to, while the agent composition the release
+        self._target = None  # composition: the instance SBS is releasing to, while the agent composes the release
         if self.sbs is not None:
             self.sbs.reset(sim)
             self.classes.reset()
@@ -552,8 +552,8 @@ class PrefillDispatchEnv(PdgymEnv):
 
     ## Observation Space
 
-    `Box(low, high, (G + N S,), float32)`, [global (G entries) | one row of S entries per instance], G = 12 + 3 K
-    (+ N D with `cache_aware`; + 8 + N in composition mode), S = 6 + D, K = `obs_requests`; `obs_layout`
+    `Box(low, high, (G + N R,), float32)`, [global (G entries) | one row of R entries per instance], G = 12 + 3 K
+    (+ N D with `cache_aware`; + 8 + N in composition mode), R = 6 + D, K = `obs_requests`; `obs_layout`
     describes it and each entry lies in its feature's [min, max]. T_full is the cost model's time of a full-chunk
     pass (the offline profile), chunk the per-unit token budget. The table is generated from the declaration
     (GLOBAL, ROW; envs/features.py); an index's [+ ...] term counts only when that optional feature is on.

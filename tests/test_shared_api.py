@@ -110,7 +110,7 @@ CORES = {"prefill": (prefill_dispatch, "pdgym/PrefillDispatch-v0"),
          "batching": (phase_batching, "pdgym/PhaseBatching-v0")}
 
 
-@pytest.mark.parametrize("point", ["prefill"])
+@pytest.mark.parametrize("point", sorted(CORES))
 def test_docstring_table_is_the_declaration(point):
     mod, env_id = CORES[point]
     env_cls = gym.spec(env_id).entry_point
