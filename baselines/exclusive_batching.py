@@ -61,13 +61,14 @@ class MB(MixedBatching):
 
 # --------------------------------------------------------------------------- EB(theta, N)
 class UnitState:
-    """Phase-machine state of one DP unit."""
+    """Phase-machine state of one DP unit (read through baselines/shared.py's PhaseMachine)."""
 
-    __slots__ = ("phase", "target")
+    __slots__ = ("phase", "target", "theta")
 
     def __init__(self):
         self.phase = REFILL  # phase 0: the initial prefill of N
         self.target = -1  # admissions left in this refill; -1 = up to N
+        self.theta: float | None = None  # this unit's threshold (set_theta); None: the policy's
 
 
 @register("batching", "eb")
@@ -83,12 +84,12 @@ class EB(BatchingPolicy):
     def reset(self, sim):
         self._units: dict[tuple[int, int], UnitState] = {}
 
-    # Hooks EB* overrides.
+    # Hooks EB* overrides (batch size, KV gate); the unit's theta is set_theta's when given.
     def batch_size(self, u) -> int:
         return min(self.N or u.slots, u.slots)
 
     def current_theta(self, st: UnitState) -> float:
-        return self.theta
+        return self.theta if st.theta is None else st.theta
 
     def kv_gate_open(self, u) -> bool:
         return True
@@ -96,11 +97,18 @@ class EB(BatchingPolicy):
     def unit_state(self, inst: int, unit: int) -> UnitState:
         st = self._units.get((inst, unit))
         if st is None:
-            st = self._units[(inst, unit)] = self.new_state()
+            st = self._units[(inst, unit)] = UnitState()
         return st
 
-    def new_state(self) -> UnitState:
-        return UnitState()
+    def set_theta(self, inst: int, unit: int, theta: float) -> None:
+        """The unit's threshold from now on, instead of the policy's (an agent's per-unit choice)."""
+        self.unit_state(inst, unit).theta = theta
+
+    def resume(self, inst: int, unit: int, refill: bool) -> None:
+        """Restart the unit's cycle with no admission pending: finish the prompt chunks in flight (refill)
+        or decode; theta decides the next refill."""
+        st = self.unit_state(inst, unit)
+        st.phase, st.target = (REFILL if refill else DECODE), 0
 
     def wants_refill(self, u, st: UnitState) -> bool:
         """Decode -> refill: fillable (N - k) >= n k, fillable = min(waiting, N - n), KV gate open."""

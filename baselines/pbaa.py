@@ -80,8 +80,28 @@ class CapacityModel:
         """Mean of the forward-time window, or the offline estimate while it is empty."""
         return self._sum / len(self._win) if self._win else self._t0
 
+    @property
+    def chunk_tokens(self) -> int:
+        return int(self.chunk[0, 0])
+
     def c_avail(self, inst: int) -> np.ndarray:
         return self.chunk[inst] - self.u_flight[inst] - self.r_queued[inst]
+
+    def avail(self) -> np.ndarray:
+        """C_avail of every DP unit, (instances, units)."""
+        return self.chunk - self.u_flight - self.r_queued
+
+    def busy(self) -> np.ndarray:
+        """Per instance: a dispatch of ours has no EndForward (or quiescence) yet."""
+        return ~self.acked
+
+    def reported(self) -> np.ndarray:
+        """R_queued, (instances, units): the last EndForward's payload."""
+        return self.r_queued.copy()
+
+    def last_forward(self) -> np.ndarray:
+        """The last reported pass time per instance (NaN before the first)."""
+        return self.last_fwd.copy()
 
     def dispatched(self, inst: int, dp: int, tokens: int, now: float) -> None:
         self.u_flight[inst, dp] += tokens
@@ -245,6 +265,14 @@ class PBAA:
     def reset(self) -> None:
         self.wait: dict[int, int] = {}  # left-over requests (pending) -> cycles waited, first left over first
         self.stats = {"cycles": 0, "placed": 0, "left_over": 0, "flow_control_rejected": 0, "throttled": 0}
+
+    def wait_cycles(self, rid: int) -> int:
+        """Cycles `rid` has been left over (0 if it never was)."""
+        return self.wait.get(rid, 0)
+
+    def n_left_over(self, buffer) -> int:
+        """How many of the requests in `buffer` an earlier cycle left over."""
+        return sum(1 for r in self.wait if r in buffer)
 
     def plan(self, sim, inst: int, c_avail: np.ndarray, only: list[int] | None = None
              ) -> tuple[list[tuple[int, int]], list[int], list[int]]:

@@ -102,6 +102,7 @@ class SBS(PrefillScheduler):
         self.l_net = l_net
         self.watchdog = float(watchdog)
         self.poll_s = float(poll_s)
+        self._send = self.release  # what a due release calls (hook_release)
 
     # ------------------------------------------------------------------ protocol
     def reset(self, sim) -> None:
@@ -160,6 +161,13 @@ class SBS(PrefillScheduler):
         self._update_interval()
         self.try_release(sim)
 
+    def hook_release(self, hook) -> None:
+        """Where SBS would release to `target`, call `hook(sim, target)` instead (None: release the batch
+        itself). The hook's owner sends a release, of any part of the buffer, with `release(sim, target, only)`;
+        SBS's timing (interval, readiness, watchdog) is unchanged. The PrefillDispatch env composes SBS's
+        releases this way (baselines/shared.py)."""
+        self._send = self.release if hook is None else hook
+
     # ------------------------------------------------------------------ release rule
     @property
     def interval(self) -> float:
@@ -217,7 +225,7 @@ class SBS(PrefillScheduler):
         else:  # EndForward, the predicted end, the next poll or the watchdog will come
             self._wake(sim, self._retry_at(sim, [self.order[(self.ptr + k) % n] for k in range(tries)]))
             return
-        self.release(sim, target)
+        self._send(sim, target)
 
     def _release_early(self, sim, tries: int) -> bool:
         """Before I_opt is up, release to the first candidate that (join="form") has a continuation pass forming
@@ -234,7 +242,7 @@ class SBS(PrefillScheduler):
             elif not (self.early_full and self.ready(sim, target) and self._fills(sim, target)):
                 continue
             self.ptr += k
-            self.release(sim, target)
+            self._send(sim, target)
             return True
         return False
 

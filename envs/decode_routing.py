@@ -15,8 +15,10 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
+from pdgym.baselines.shared import Projector
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.events import PassKind
@@ -27,10 +29,70 @@ from pdgym.envs.sim.validation import check_bool, check_choice, check_float, che
 
 ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
-N_GLOBAL, N_WORKER, N_HORIZON = 12, 8, 3
 ORDERS = ("length", "arrival")
 REWARDS = ("idle", "throughput")
-LOW, HIGH = -1.0, 8.0
+
+
+class _Obs:
+    """What the features of one observation read, computed once (`_Router.observe`)."""
+
+    __slots__ = ("core", "d", "n", "B", "ts", "S", "kv", "lmax", "mask", "sim", "i", "batch", "margin")
+
+
+def _rest_mean(o: _Obs) -> float:
+    """Mean load of the head and the requests after it (prefix sums: total minus the part before the head)."""
+    c, i = o.core, o.i
+    csum = c._csum
+    rest_sum = int(csum[-1]) - (int(csum[i - 1]) if i > 0 else 0)
+    return rest_sum / (len(c._cand) - i) / (4 * o.ts)
+
+
+def _rest_max(o: _Obs) -> float:
+    c = o.core
+    rest_max = c.head_load if c._sufmax is None else int(c._sufmax[o.i])  # length order: the head is the max
+    return rest_max / (4 * o.ts)
+
+
+def _projected(o: _Obs) -> np.ndarray:
+    proj = o.core._proj
+    H = proj.shape[1]
+    return proj[:, [max(H // 4, 1) - 1, max(H // 2, 1) - 1, H - 1]] / o.S
+
+
+# The observation, declared once: [GLOBAL | one ROW per worker, max_workers rows]. S = batch_limit x token_scale,
+# B = batch limit, N = workers, L_w = KV tokens of worker w, L_max = max_w L_w.
+GLOBAL = (
+    Feature("pool", lambda o: len(o.sim.pool) / (o.n * o.B), 0, 8, "pool size / (N B)"),
+    Feature("rest_mean", _rest_mean, 0, 8, "mean load of the head and the requests after it / (4 token_scale)"),
+    Feature("rest_max", _rest_max, 0, 8, "max load of the head and the requests after it / (4 token_scale)"),
+    Feature("head_load", lambda o: o.core.head_load / (4 * o.ts), 0, 8,
+            "head load (prompt + tokens produced) / (4 token_scale)"),
+    Feature("head_done", lambda o: float(o.sim.req.done[o.core.head]) / o.ts, 0, 8, "head tokens produced / token_scale"),
+    Feature("head_wait", lambda o: o.sim.now - float(o.sim.req.first_token[o.core.head]), 0, 8,
+            "head wait since its first token (s)"),
+    Feature("l_max", lambda o: o.lmax / o.S, 0, 8, "L_max / S"),
+    Feature("l_mean", lambda o: float(o.kv.sum()) / o.n / o.S, 0, 8, "mean L_w / S"),  # = kv.mean(), the same bits
+    Feature("free_slots", lambda o: float((o.B - o.d.batch).sum()) / (o.n * o.B), 0, 1,
+            "free-slot fraction of the instance"),
+    Feature("admitted", lambda o: o.core.n_admitted / o.B, 0, 8, "admissions this boundary / B"),
+    Feature("workers", lambda o: o.n / o.core.max_workers, 0, 1, "N / max_workers"),
+    Feature("end_allowed", lambda o: float(o.mask[o.core.end]), 0, 1, "END / SKIP allowed"),
+)
+ROW = (
+    Feature("present", lambda o: [1.0] * o.n, 0, 1, "worker w present (0 on padding rows)"),
+    Feature("load", lambda o: o.kv / o.S, 0, 8, "L_w / S"),
+    Feature("batch", lambda o: o.batch, 0, 1, "batch / B"),
+    Feature("free", lambda o: 1.0 - o.batch, 0, 1, "free slots / B"),
+    Feature("margin", lambda o: o.margin, 0, 8, "safe margin (L_max - L_w) / S"),
+    Feature("margin_after", lambda o: o.margin - o.core.head_load / o.S, -1, 8,
+            "margin after the head (L_max - L_w - head load) / S"),
+    Feature("fits", lambda o: o.mask[:o.n], 0, 1, "worker can take the head (its mask bit)"),
+    Feature("free_kv", lambda o: 1.0 - o.kv / o.d.kv_cap, 0, 1, "free KV fraction"),
+    Feature("projected", _projected, 0, 8, "projected load L_w(t + h) / S at h = H/4, H/2, H", width="3",
+            when="horizon"),
+)
+N_GLOBAL = len(GLOBAL)  # every global feature is one entry
+N_WORKER = sum(1 for f in ROW if f.when is None)  # a worker's row without the optional horizon features
 
 
 class _Router(DecodeRouter):
@@ -46,14 +108,14 @@ class _Router(DecodeRouter):
         self.order = order
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
         self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
-        self.projector = None
+        self.projector: Projector | None = None
         if horizon_features is not None:
             try:
                 self.projector = BRH(horizon=horizon, predictor=horizon_features, train_trace=train_trace)
             except ConfigError as exc:
                 raise ConfigError(str(exc).replace("policy.decode.", "env.").replace(".predictor:",
                                                                                       ".horizon_features:")) from None
-        self.per_worker = N_WORKER + (N_HORIZON if self.projector is not None else 0)
+        self.horizon = self.projector is not None
 
     # -------------------------------------------------------------- spaces
     def bind_size(self, n_workers: int) -> None:
@@ -62,18 +124,18 @@ class _Router(DecodeRouter):
         if n_workers > self.max_workers:
             raise ConfigError(f"env.max_workers: got {self.max_workers}; the decode instances have {n_workers} "
                               "workers")
-        self.obs_size = N_GLOBAL + self.per_worker * self.max_workers
+        self.layout = Layout(GLOBAL, ROW, self, {}, self.max_workers)
+        self.per_worker, self.obs_size = self.layout.slot_dim, self.layout.size
         self.end = self.max_workers
         self.n_actions = self.max_workers + (2 if self.skip else 1)
 
     def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return (spaces.Box(LOW, HIGH, shape=(self.obs_size,), dtype=np.float32),
+        return (self.layout.box(),
                 spaces.Discrete(self.n_actions))
 
     @property
     def obs_layout(self) -> dict:
-        return {"n_slots": self.max_workers, "per_slot_dim": self.per_worker, "global_dim": N_GLOBAL,
-                "slots_first": False, "mask_index": 0}
+        return self.layout.obs_layout
 
     def action_meanings(self) -> list[str]:
         return [f"worker {w}" for w in range(self.max_workers)] + ["END", "SKIP"][: self.n_actions - self.max_workers]
@@ -184,46 +246,17 @@ class _Router(DecodeRouter):
 
     # -------------------------------------------------------------- observation
     def observe(self, sim, mask: np.ndarray) -> np.ndarray:
-        d = sim.decode[self.inst]
-        n, B = d.dp, d.batch_limit
-        ts = self.token_scale
-        S = B * ts
-        kv = d.kv.astype(np.float64)
-        lmax = float(kv.max())
-        rows = np.zeros((self.max_workers, self.per_worker))
-        w = rows[:n]
-        w[:, 0] = 1.0
-        w[:, 1] = kv / S
-        w[:, 2] = d.batch / B
-        w[:, 3] = 1.0 - w[:, 2]
-        w[:, 4] = (lmax - kv) / S
-        w[:, 5] = w[:, 4] - self.head_load / S
-        w[:, 6] = mask[:n]
-        w[:, 7] = 1.0 - kv / d.kv_cap
-        if self._proj is not None:
-            H = self._proj.shape[1]
-            w[:, N_WORKER:] = self._proj[:, [max(H // 4, 1) - 1, max(H // 2, 1) - 1, H - 1]] / S
-        i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
-        csum = self._csum
-        rest_sum = int(csum[-1]) - (int(csum[i - 1]) if i > 0 else 0)
-        rest_max = self.head_load if self._sufmax is None else int(self._sufmax[i])
-        req = sim.req
-        rid = self.head
-        g = np.array([
-            len(sim.pool) / (n * B),
-            rest_sum / (len(self._cand) - i) / (4 * ts),
-            rest_max / (4 * ts),
-            self.head_load / (4 * ts),
-            float(req.done[rid]) / ts,
-            sim.now - float(req.first_token[rid]),
-            lmax / S,
-            float(kv.sum()) / n / S,  # = kv.mean(), the same bits
-            float((B - d.batch).sum()) / (n * B),
-            self.n_admitted / B,
-            n / self.max_workers,
-            float(mask[self.end]),
-        ])
-        return np.clip(np.concatenate([g, rows.ravel()]), LOW, HIGH).astype(np.float32)
+        o = _Obs()
+        o.core, o.sim, o.mask = self, sim, mask
+        o.d = d = sim.decode[self.inst]
+        o.n, o.B, o.ts = d.dp, d.batch_limit, self.token_scale
+        o.S = o.B * o.ts
+        o.kv = kv = d.kv.astype(np.float64)
+        o.lmax = float(kv.max())
+        o.batch = d.batch / o.B
+        o.margin = (o.lmax - kv) / o.S
+        o.i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
+        return self.layout.build(o, o.n)
 
 
 class _EnvAdapter(_Router):
@@ -322,36 +355,15 @@ class DecodeRoutingEnv(PdgymEnv):
 
     ## Observation Space
 
-    `Box(-1, 8, (12 + P x max_workers,), float32)`, [global | one row per worker], P = 8 (+ 3 with
-    `horizon_features`); padding rows are zero; `obs_layout` describes it. S = batch_limit x
-    `token_scale`, B = batch limit, N = workers, L_w = KV tokens of worker w, L_max = max_w L_w.
+    `Box(low, high, (G + R max_workers,), float32)`, [global (G = 12 entries) | one row of R entries per worker],
+    R = 8 (+ 3 with `horizon_features`); padding rows are zero; `obs_layout` describes it and each entry lies in
+    its feature's [min, max]. S = batch_limit x `token_scale`, B = batch limit, N = workers, L_w = KV tokens of
+    worker w, L_max = max_w L_w. The table is generated from the declaration (GLOBAL, ROW; envs/features.py).
 
-    | index            | feature                                                  | min | max |
-    |------------------|----------------------------------------------------------|-----|-----|
-    | 0                | pool size / (N B)                                        | 0   | 8   |
-    | 1                | mean load of the head and the requests after it / (4 token_scale) | 0 | 8 |
-    | 2                | max load of the head and the requests after it / (4 token_scale)  | 0 | 8 |
-    | 3                | head load (prompt + tokens produced) / (4 token_scale)   | 0   | 8   |
-    | 4                | head tokens produced / token_scale                       | 0   | 8   |
-    | 5                | head wait since its first token (s)                      | 0   | 8   |
-    | 6                | L_max / S                                                | 0   | 8   |
-    | 7                | mean L_w / S                                             | 0   | 8   |
-    | 8                | free-slot fraction of the instance                       | 0   | 1   |
-    | 9                | admissions this boundary / B                             | 0   | 8   |
-    | 10               | N / max_workers                                          | 0   | 1   |
-    | 11               | END / SKIP allowed                                       | 0   | 1   |
-    | 12 + P w + 0     | worker w present (0 on padding rows)                     | 0   | 1   |
-    | 12 + P w + 1     | L_w / S                                                  | 0   | 8   |
-    | 12 + P w + 2     | batch / B                                                | 0   | 1   |
-    | 12 + P w + 3     | free slots / B                                           | 0   | 1   |
-    | 12 + P w + 4     | safe margin (L_max - L_w) / S                            | 0   | 8   |
-    | 12 + P w + 5     | margin after the head (L_max - L_w - head load) / S      | -1  | 8   |
-    | 12 + P w + 6     | worker can take the head (its mask bit)                  | 0   | 1   |
-    | 12 + P w + 7     | free KV fraction                                         | 0   | 1   |
-    | 12 + P w + 8..10 | projected load L_w(t + h) / S at h = H/4, H/2, H (`horizon_features`) | 0   | 8   |
+    {features}
 
-    Values are clipped to [-1, 8]. The projection is BR-H's (`horizon_features` names its predictor:
-    oracle, survival or memo; `horizon` = H steps).
+    The projection is BR-H's (`horizon_features` names its predictor: oracle, survival or memo; `horizon` = H
+    steps).
 
     ## Rewards
 
@@ -528,7 +540,8 @@ class DecodeRoutingEnv(PdgymEnv):
 
 
 DecodeRoutingEnv.__doc__ = DecodeRoutingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
-                                                           max_steps=MAX_EPISODE_STEPS)
+                                                           max_steps=MAX_EPISODE_STEPS,
+                                                           features=table(GLOBAL, ROW, "worker w"))
 
 
 def make_env(**kwargs) -> DecodeRoutingEnv:

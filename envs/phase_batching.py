@@ -2,8 +2,8 @@
 
 `PhaseBatchingEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
 shares with `AgentPolicy` (a trained agent as a BatchingPolicy inside `simulate()`). The threshold
-mode drives the EB phase machine of baselines/exclusive_batching.py, held by the core (composition:
-the core is a BatchingPolicy of its own, not a subclass of the baseline).
+mode drives the EB phase machine of baselines/exclusive_batching.py, held by the core and used through
+its read API (baselines/shared.py, PhaseMachine): the core is a BatchingPolicy of its own, not a subclass.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from collections.abc import Callable
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
-from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats, UnitState
+from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats
+from pdgym.baselines.shared import PhaseMachine
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import Batch, BatchingPolicy
@@ -26,32 +28,65 @@ ENV_ID = POINTS["batching"].env_id  # pdgym/PhaseBatching-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2
 PHASES = ("prefill", "decode", "mixed")
-N_GLOBAL, N_UNIT = 9, 11
 MODES = ("phase", "threshold")
 DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
 DEFAULT_THETA = 0.1  # EB's default threshold: what an invalid threshold action falls back to
 
 
-class AgentState(UnitState):
+class _Obs:
+    """What the features of one observation read, computed once (`_AgentBatching.observe`)."""
+
+    __slots__ = ("core", "inst", "mu_l", "mu_o", "st", "stats", "unit", "units")
+
+
+def _last_batch(o: _Obs) -> np.ndarray:
+    v = np.zeros((len(o.units), 3))
+    for i in range(len(o.units)):
+        last = o.core.unit_state(o.inst, i).last
+        if last >= 0:
+            v[i, last] = 1.0
+    return v
+
+
+# The observation, declared once: [GLOBAL | one ROW per DP unit of the instance, max_dp rows]. mu_O, mu_L: output /
+# prompt length estimates from completed requests only (EB*'s statistics; before the first fit 128 and 1024).
+GLOBAL = (
+    Feature("decode_ratio", lambda o: o.mu_o / (o.mu_l + o.mu_o), 0, 1, "decode ratio mu_O / (mu_L + mu_O)"),
+    Feature("mu_o", lambda o: math.log2(o.mu_o) / 12, 0, 1, "log2(mu_O) / 12"),
+    Feature("mu_l", lambda o: math.log2(o.mu_l) / 14, 0, 1, "log2(mu_L) / 14"),
+    Feature("p0", lambda o: (o.stats.p0 or 1.0 / o.mu_o) * o.mu_o / 2, 0, 1, "hazard p0 x mu_O / 2"),
+    Feature("eta", lambda o: o.stats.eta * o.mu_o * o.mu_o / 10, 0, 1, "IFR slope eta x mu_O^2 / 10"),
+    Feature("fitted", lambda o: float(o.stats.fitted), 0, 1, "statistics fitted"),
+    Feature("theta", lambda o: o.st.theta if o.core.mode == "threshold" else 0.0, 0, 1,
+            "current theta of the deciding unit (threshold mode)"),
+    Feature("mb", lambda o: float(o.st.mb), 0, 1, "current mode of the deciding unit (1 = MB)"),
+    Feature("waiting", lambda o: sum(len(u.waiting) for u in o.units) / sum(u.slots for u in o.units) / 4, 0, 1,
+            "waiting requests per slot / 4, whole instance"),
+)
+ROW = (
+    Feature("present", lambda o: [1.0] * len(o.units), 0, 1, "unit u present"),
+    Feature("deciding", lambda o: [float(i == o.unit) for i in range(len(o.units))], 0, 1, "unit u is the one deciding"),
+    Feature("running", lambda o: [u.n_running / u.slots for u in o.units], 0, 1, "running / slots"),
+    Feature("waiting", lambda o: [len(u.waiting) / u.slots / 4 for u in o.units], 0, 1, "waiting / slots / 4"),
+    Feature("free_slots", lambda o: [u.free_slots() / u.slots for u in o.units], 0, 1, "free slots / slots"),
+    Feature("free_kv", lambda o: [1.0 - u.kv_used / u.kv_cap for u in o.units], 0, 1, "free KV fraction"),
+    Feature("prefilling", lambda o: [len(u.prefilling) / u.slots for u in o.units], 0, 1, "prefilling / slots"),
+    Feature("decoding", lambda o: [u.n_decoding / u.slots for u in o.units], 0, 1, "decoding / slots"),
+    Feature("last", _last_batch, 0, 1, "last batch one-hot (prefill, decode, mixed)", width="3"),
+)
+
+
+class AgentState:
+    """The agent's side of one DP unit (EB's own phase state stays in the phase machine)."""
+
     __slots__ = ("iters_left", "last", "mb", "pending", "theta")
 
     def __init__(self):
-        super().__init__()
-        self.theta = DEFAULT_THETA
+        self.theta = DEFAULT_THETA  # what the agent set (the phase machine runs it: EB.set_theta)
         self.mb = False
         self.iters_left = 0
         self.pending = True  # a decision is due (threshold mode: start of a cycle)
         self.last = -1  # last batch kind (0 prefill, 1 decode, 2 mixed)
-
-
-class _ThetaEB(EB):
-    """EB's phase machine with a per-unit theta the agent sets (AgentState.theta)."""
-
-    def new_state(self):
-        return AgentState()
-
-    def current_theta(self, st):
-        return st.theta
 
 
 class _AgentBatching(BatchingPolicy):
@@ -63,7 +98,7 @@ class _AgentBatching(BatchingPolicy):
                  continuous: bool = False, theta_min: float = 0.01, theta_max: float = 0.8,
                  mb_cycle_iters: int = 32, max_dp: int = 8, instance: int = 0, skip_forced: bool = True,
                  fallback="mb"):
-        self.eb = _ThetaEB(theta=DEFAULT_THETA)
+        self.eb: PhaseMachine = EB(theta=DEFAULT_THETA)
         check_choice(mode, "env.mode", MODES)
         self.mode = mode
         try:
@@ -84,7 +119,8 @@ class _AgentBatching(BatchingPolicy):
         self.fallback = make_policy("batching", fallback)
         self.mixed = MB()
         self.stats = OutputStats()
-        self.obs_size = N_GLOBAL + N_UNIT * self.max_dp
+        self.layout = Layout(GLOBAL, ROW, self, {}, self.max_dp)
+        self.obs_size = self.layout.size
         if mode == "phase":
             self.n_actions = 3
         else:
@@ -93,15 +129,14 @@ class _AgentBatching(BatchingPolicy):
 
     # -------------------------------------------------------------- spaces
     def spaces(self) -> tuple[spaces.Box, spaces.Space]:
-        obs = spaces.Box(0.0, 1.0, shape=(self.obs_size,), dtype=np.float32)
+        obs = self.layout.box()
         if self.mode == "threshold" and self.continuous:
             return obs, spaces.Box(-1.0, 1.0, shape=(2 if self.choose_mode else 1,), dtype=np.float32)
         return obs, spaces.Discrete(self.n_actions)
 
     @property
     def obs_layout(self) -> dict:
-        return {"n_slots": self.max_dp, "per_slot_dim": N_UNIT, "global_dim": N_GLOBAL, "slots_first": False,
-                "mask_index": 0}
+        return self.layout.obs_layout
 
     def action_meanings(self) -> list[str]:
         if self.mode == "phase":
@@ -134,6 +169,7 @@ class _AgentBatching(BatchingPolicy):
     # -------------------------------------------------------------- life cycle
     def reset(self, sim):
         self.eb.reset(sim)
+        self._agent: dict[tuple[int, int], AgentState] = {}
         self.check_instance(sim)
         self.fallback.reset(sim)
         self.mixed.reset(sim)
@@ -143,7 +179,10 @@ class _AgentBatching(BatchingPolicy):
         self.plan: dict[int, int | None] | None = None  # phase mode: this iteration's batch kinds
 
     def unit_state(self, inst: int, unit: int) -> AgentState:
-        return self.eb.unit_state(inst, unit)
+        st = self._agent.get((inst, unit))
+        if st is None:
+            st = self._agent[(inst, unit)] = AgentState()
+        return st
 
     def on_timer(self, sim, tag):
         self.fallback.on_timer(sim, tag)
@@ -183,11 +222,11 @@ class _AgentBatching(BatchingPolicy):
             st.theta = self.grid[a % len(self.grid)]
             st.mb = a >= len(self.grid)
         st.pending = False
+        self.eb.set_theta(inst, unit, st.theta)
         if st.mb:
             st.iters_left = self.mb_cycle_iters
         else:  # EB from here: finish chunks in flight, then let theta decide the next refill
-            st.phase = REFILL if sim.colocated[inst].units[unit].prefilling else DECODE
-            st.target = 0
+            self.eb.resume(inst, unit, refill=bool(sim.colocated[inst].units[unit].prefilling))
 
     def next_batch(self, sim, inst, unit):
         if inst != self.instance:
@@ -241,9 +280,10 @@ class _AgentBatching(BatchingPolicy):
                 st.pending = st.iters_left <= 0
                 st.last = MIXED_A if b.prefill and b.decode else (PREFILL_A if b.prefill else DECODE_A)
             return b
-        was_refill = st.phase == REFILL
+        machine = self.eb.unit_state(inst, unit)
+        was_refill = machine.phase == REFILL
         b = self.eb.next_batch(sim, inst, unit)
-        if was_refill and st.phase == DECODE:
+        if was_refill and machine.phase == DECODE:
             st.pending = True  # a refill ended: the next cycle's theta is due
         if b is not None:
             st.last = PREFILL_A if b.prefill else DECODE_A
@@ -251,25 +291,12 @@ class _AgentBatching(BatchingPolicy):
 
     # -------------------------------------------------------------- observation
     def observe(self, sim, inst: int, unit: int) -> np.ndarray:
-        C = sim.colocated[inst]
-        s = self.stats
-        mu_o = s.mu_o or 128.0
-        mu_l = s.mu_l or 1024.0
-        st = self.unit_state(inst, unit)
-        waiting = sum(len(u.waiting) for u in C.units)
-        slots = sum(u.slots for u in C.units)
-        g = [mu_o / (mu_l + mu_o), math.log2(mu_o) / 12, math.log2(mu_l) / 14,
-             (s.p0 or 1.0 / mu_o) * mu_o / 2, s.eta * mu_o * mu_o / 10, float(s.fitted),
-             st.theta if self.mode == "threshold" else 0.0, float(st.mb), waiting / slots / 4]
-        rows = np.zeros((self.max_dp, N_UNIT))
-        for i, u in enumerate(C.units):
-            last = self.unit_state(inst, i).last
-            sl = u.slots
-            rows[i, :8] = (1.0, float(i == unit), u.n_running / sl, len(u.waiting) / sl / 4, u.free_slots() / sl,
-                           1.0 - u.kv_used / u.kv_cap, len(u.prefilling) / sl, u.n_decoding / sl)
-            if last >= 0:
-                rows[i, 8 + last] = 1.0
-        return np.clip(np.concatenate([np.asarray(g), rows.ravel()]), 0.0, 1.0).astype(np.float32)
+        o = _Obs()
+        o.core, o.inst, o.unit, o.units, o.stats = self, inst, unit, sim.colocated[inst].units, self.stats
+        o.mu_o = self.stats.mu_o or 128.0
+        o.mu_l = self.stats.mu_l or 1024.0
+        o.st = self.unit_state(inst, unit)
+        return self.layout.build(o, len(o.units))
 
 
 class _EnvAdapter(_AgentBatching):
@@ -340,30 +367,12 @@ class PhaseBatchingEnv(PdgymEnv):
 
     ## Observation Space
 
-    `Box(0, 1, (9 + 11 max_dp,), float32)`, [global | one row per unit of the instance], padding rows
-    zero; `obs_layout` describes it. mu_O, mu_L: output / prompt length estimates from completed
-    requests only (EB*'s statistics; before the first fit 128 and 1024).
+    `Box(0, 1, (G + R max_dp,), float32)`, [global (G = 9 entries) | one row of R = 11 entries per unit of the
+    instance], padding rows zero; `obs_layout` describes it. mu_O, mu_L: output / prompt length estimates from
+    completed requests only (EB*'s statistics; before the first fit 128 and 1024). The table is generated from the
+    declaration (GLOBAL, ROW; envs/features.py).
 
-    | index          | feature                                               | min | max |
-    |----------------|-------------------------------------------------------|-----|-----|
-    | 0              | decode ratio mu_O / (mu_L + mu_O)                     | 0   | 1   |
-    | 1              | log2(mu_O) / 12                                       | 0   | 1   |
-    | 2              | log2(mu_L) / 14                                       | 0   | 1   |
-    | 3              | hazard p0 x mu_O / 2                                  | 0   | 1   |
-    | 4              | IFR slope eta x mu_O^2 / 10                           | 0   | 1   |
-    | 5              | statistics fitted                                     | 0   | 1   |
-    | 6              | current theta of the deciding unit (threshold mode)   | 0   | 1   |
-    | 7              | current mode of the deciding unit (1 = MB)            | 0   | 1   |
-    | 8              | waiting requests per slot / 4, whole instance         | 0   | 1   |
-    | 9 + 11 u + 0   | unit u present                                        | 0   | 1   |
-    | 9 + 11 u + 1   | unit u is the one deciding                            | 0   | 1   |
-    | 9 + 11 u + 2   | running / slots                                       | 0   | 1   |
-    | 9 + 11 u + 3   | waiting / slots / 4                                   | 0   | 1   |
-    | 9 + 11 u + 4   | free slots / slots                                    | 0   | 1   |
-    | 9 + 11 u + 5   | free KV fraction                                      | 0   | 1   |
-    | 9 + 11 u + 6   | prefilling / slots                                    | 0   | 1   |
-    | 9 + 11 u + 7   | decoding / slots                                      | 0   | 1   |
-    | 9 + 11 u + 8..10 | last batch one-hot (prefill, decode, mixed)         | 0   | 1   |
+    {features}
 
     ## Rewards
 
@@ -502,7 +511,8 @@ class PhaseBatchingEnv(PdgymEnv):
 
 
 PhaseBatchingEnv.__doc__ = PhaseBatchingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
-                                                           max_steps=MAX_EPISODE_STEPS, grid=list(DEFAULT_GRID))
+                                                           max_steps=MAX_EPISODE_STEPS, grid=list(DEFAULT_GRID),
+                                                           features=table(GLOBAL, ROW, "unit u"))
 
 
 def make_env(**kwargs) -> PhaseBatchingEnv:

@@ -18,8 +18,10 @@ from pdgym.baselines import make_policy
 from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.baselines.sbs import SBS
+from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
 from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import DispatchRecorder
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
@@ -30,9 +32,126 @@ from pdgym.envs.sim.validation import check_bool, check_choice, check_float, che
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
 MODES = ("timing", "allocation", "composition")
-N_GLOBAL, N_INST = 12, 6
-N_COMPOSE = 8  # composition mode's global features (before the target's one-hot)
 CLIP = 5.0
+_LOG256 = math.log1p(256)
+
+
+class _Obs:
+    """What the features of one observation read, computed once (`_Core.context`)."""
+
+    __slots__ = ("cap", "chunk", "core", "D", "healthy", "head", "ids", "j", "long", "n", "n_act", "nb", "now",
+                 "req", "short", "sim", "slo", "tf", "work", "age")
+
+
+def _rate(o: _Obs) -> float:
+    arr = o.core._arrivals
+    if len(arr) >= 2 and o.now > arr[0][0]:
+        return sum(t for _, t in arr) / (o.now - arr[0][0]) / o.core._cap_tok_s
+    return 0.0
+
+
+def _queue(o: _Obs):
+    if not o.nb:
+        return None
+    K = o.core.K
+    blk = np.zeros((K, 3))
+    k = min(o.nb, K)
+    blk[:k, 0] = 1.0
+    blk[:k, 1] = o.work[:k] / o.chunk
+    blk[:k, 2] = o.age[:k] / o.slo
+    return blk.ravel()
+
+
+def _hits(o: _Obs):
+    if not o.nb:
+        return None
+    return np.concatenate([prefix_hits(o.sim, i, [o.head])[0] for i in range(o.n)]) / o.chunk
+
+
+def _classes(o: _Obs, value) -> np.ndarray | None:
+    """(short, long) of `value(ids)` where the class is non-empty, else 0."""
+    if not o.nb:
+        return None
+    return np.array([value(ids) if ids else 0.0 for ids in (o.short, o.long)])
+
+
+def _median(o: _Obs) -> float:
+    if not o.nb:
+        return 0.0
+    med = o.core.classes.median
+    return med / o.chunk if math.isfinite(med) else 0.0
+
+
+def _passed_over(o: _Obs) -> float:
+    if not o.nb or not o.long:
+        return 0.0
+    passed = o.core.classes.passed_over
+    return sum(1 for r in o.long if r in passed) / len(o.long)
+
+
+def _target(o: _Obs):
+    t = o.core._target
+    if not o.nb or t is None:
+        return None
+    v = np.zeros(o.n)
+    v[t] = 1.0
+    return v
+
+
+def _last_forward(o: _Obs) -> np.ndarray:
+    v = o.cap.last_forward() / o.tf
+    v[np.isnan(v)] = 0.0  # no pass reported yet (np.nan_to_num, without its inf handling: none here)
+    return v
+
+
+# The observation, declared once: [GLOBAL | one ROW per instance]. T_full is the cost model's time of a full-chunk
+# pass (the offline profile), chunk the per-unit token budget, K = obs_requests, N instances of D DP units.
+GLOBAL = (
+    Feature("buffered", lambda o: o.nb and math.log1p(o.nb) / _LOG256, 0, 5, "log1p(buffered requests) / log1p(256)"),
+    Feature("buffered_tokens", lambda o: o.nb and o.work.sum() / (o.D * o.chunk), 0, 5,
+            "buffered prefill tokens / (D chunk)"),
+    Feature("oldest_age", lambda o: o.nb and o.age[0] / o.slo, 0, 5, "oldest buffered age / SLO TTFT"),
+    Feature("arrival_rate", _rate, 0, 5, "arrival token rate / cluster token capacity (N D chunk / T_full)"),
+    Feature("t_fwd", lambda o: o.cap.t_fwd / o.tf, 0, 5, "T_fwd / T_full"),
+    Feature("since_release", lambda o: (o.now - o.core.last_release) / o.tf, 0, 5, "time since the last release / T_full"),
+    Feature("interval", lambda o: (o.cap.t_fwd + o.core._lnet) / max(o.n_act, 1) / o.tf, 0, 5,
+            "(T_fwd + L_net) / healthy instances / T_full"),
+    Feature("left_over", lambda o: o.nb and o.core.pbaa.n_left_over(o.sim.buffer) / o.nb, 0, 1,
+            "share of the buffer left over from earlier cycles"),
+    Feature("healthy_share", lambda o: o.n_act / o.n, 0, 1, "share of instances healthy"),
+    Feature("candidate_prompt", lambda o: o.nb and o.work[o.j] / o.chunk, 0, 5,
+            "candidate prompt / chunk (timing: the oldest buffered request)"),
+    Feature("candidate_age", lambda o: o.nb and o.age[o.j] / o.slo, 0, 5, "candidate age / SLO TTFT"),
+    Feature("candidate_wait", lambda o: o.nb and o.core.pbaa.wait_cycles(o.head) / (o.core.pbaa.n_limit + 1), 0, 5,
+            "candidate wait cycles / (n_limit + 1)"),
+    Feature("queue", _queue, 0, 5, "k-th oldest buffered request (k = 0..K-1): present, prompt / chunk, age / SLO TTFT",
+            width="3 K"),
+    Feature("prefix_hits", _hits, 0, 5, "candidate's prefix-cache hit tokens / chunk on unit d of instance i "
+            "(entry i D + d)", width="N D", when="cache_aware"),
+    Feature("median", _median, 0, 5, "median prompt / chunk", when="composition"),
+    Feature("class_share", lambda o: _classes(o, lambda ids: len(ids) / o.nb), 0, 1, "share of the buffer short, long",
+            width="2", when="composition"),
+    Feature("class_tokens", lambda o: _classes(o, lambda ids: o.req.work[ids].sum() / (o.D * o.chunk)), 0, 5,
+            "short, long buffered tokens / (D chunk)", width="2", when="composition"),
+    Feature("class_age", lambda o: _classes(o, lambda ids: (o.now - o.req.arrival[ids[0]]) / o.slo), 0, 5,
+            "oldest short, long age / SLO TTFT", width="2", when="composition"),
+    Feature("passed_over", _passed_over, 0, 1, "share of the long prompts passed over by an earlier short release",
+            when="composition"),
+    Feature("target", _target, 0, 1, "the release goes to instance i (one-hot)", width="N", when="composition"),
+)
+ROW = (
+    Feature("present", lambda o: [1.0] * o.n, 0, 1, "instance i present"),
+    Feature("healthy", lambda o: o.healthy, 0, 1, "healthy"),
+    Feature("busy", lambda o: o.cap.busy(), 0, 1,
+            "busy (no EndForward since our last dispatch, a quiescence poll finds work)"),
+    Feature("expected_free", lambda o: [o.cap.expected_free(i, o.now) / o.tf for i in range(o.n)], 0, 5,
+            "expected time to free / T_full"),
+    Feature("reported", lambda o: o.cap.reported().sum(axis=1) / (o.D * o.chunk), 0, 5,
+            "reported device-queue tokens / (D chunk)"),
+    Feature("last_forward", _last_forward, 0, 5, "last forward time / T_full"),
+    Feature("c_avail", lambda o: np.maximum(o.cap.avail(), -CLIP * o.chunk) / o.chunk, -CLIP, 1,
+            "C_avail of unit d / chunk (entry 6 + d)", width="D"),
+)
 
 
 class _Core(PrefillScheduler):
@@ -52,13 +171,18 @@ class _Core(PrefillScheduler):
         self.K = obs_requests
         self.cache_aware = cache_aware
         self.mask_full = mask_full
-        if mode == "composition":  # SBS times the releases; the agent composes each one
-            self.sbs = _AgentSBS(self, allocation="pbaa_cache" if cache_aware else "pbaa", window=window,
-                                 n_limit=n_limit, overload=overload)
+        self.composition = mode == "composition"
+        self.sbs: Releaser | None = None
+        self.cap: Capacity
+        self.pbaa: Allocator
+        self.classes: LengthSplit
+        if self.composition:  # SBS times the releases; at each one the agent composition what it sends
+            self.sbs = SBS(allocation="pbaa_cache" if cache_aware else "pbaa", window=window, n_limit=n_limit,
+                           overload=overload)
+            self.sbs.hook_release(self._release_due)
             self.cap, self.pbaa = self.sbs.cap, self.sbs.pbaa
             self.classes = LengthClasses()
         else:
-            self.sbs = None
             self.cap = CapacityModel(window, None)
             self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
         self.n = self.D = 0
@@ -66,21 +190,17 @@ class _Core(PrefillScheduler):
     # -------------------------------------------------------------- sizes
     def set_dims(self, n: int, dp: int) -> None:
         self.n, self.D = n, dp
-        self._compose_at = N_GLOBAL + 3 * self.K + (n * dp if self.cache_aware else 0)
-        self.global_dim = self._compose_at + (N_COMPOSE + n if self.mode == "composition" else 0)
-        self.slot_dim = N_INST + dp
-        self.obs_size = self.global_dim + n * self.slot_dim
+        self.layout = Layout(GLOBAL, ROW, self, {"K": self.K, "N": n, "D": dp}, n)
+        self.global_dim, self.slot_dim, self.obs_size = self.layout.global_dim, self.layout.slot_dim, self.layout.size
         self.n_actions = {"timing": 1 + n, "allocation": 2 + n * dp, "composition": 3}[self.mode]
         self.skip = self.n_actions - 1 if self.mode == "allocation" else None
 
     @property
     def obs_layout(self) -> dict:
-        return {"n_slots": self.n, "per_slot_dim": self.slot_dim, "global_dim": self.global_dim,
-                "slots_first": False, "mask_index": 0}
+        return self.layout.obs_layout
 
     def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return (spaces.Box(-CLIP, CLIP, shape=(self.obs_size,), dtype=np.float32),
-                spaces.Discrete(self.n_actions))
+        return self.layout.box(), spaces.Discrete(self.n_actions)
 
     def action_meanings(self) -> list[str]:
         if self.mode == "timing":
@@ -106,7 +226,7 @@ class _Core(PrefillScheduler):
         self._arrivals: deque = deque(maxlen=64)  # (time, prompt tokens) of fresh arrivals
         self._lnet = sim.cfg.cluster.net_latency_s
         self._slo = sim.cfg.slo.ttft_s
-        chunk = float(self.cap.chunk[0, 0])
+        chunk = float(self.cap.chunk_tokens)
         self._chunk = chunk
         self._cap_tok_s = self.n * self.D * chunk / self.cap.t_full
         self._healthy = sim.prefill_healthy[: self.n].copy()
@@ -115,10 +235,10 @@ class _Core(PrefillScheduler):
         self.intents: dict[int, tuple[int, int | None]] = {}
         self._rr: dict[int, int] = {}  # per instance: dispatches the engine placed round robin (teacher)
         self._proxy = None
+        self._target = None  # composition: the instance SBS is releasing to, while the agent composes the release
         if self.sbs is not None:
             self.sbs.reset(sim)
             self.classes.reset()
-            self._target = None  # the instance SBS is releasing to, while the agent composes the release
 
     def decide(self, sim) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -191,76 +311,38 @@ class _Core(PrefillScheduler):
         if self.sbs is not None:
             return
         cap = self.cap
-        for i in np.flatnonzero(~cap.acked).tolist():
+        for i in np.flatnonzero(cap.busy()).tolist():
             cap.poll(sim, i)
 
-    def observe(self, sim) -> np.ndarray:
-        self._refresh(sim)
-        cap, req, now = self.cap, sim.req, sim.now
-        chunk, slo, tf = self._chunk, self._slo, cap.t_full
-        g = np.zeros(self.global_dim, dtype=np.float64)
+    def _release_due(self, sim, target: int) -> None:
+        """SBS's release hook (composition): SBS would release to `target` now; the agent composition it (`apply`)."""
+        self._target = target
+        self.decide(sim)
+
+    def context(self, sim) -> _Obs:
+        """What this observation's features read (GLOBAL, ROW), computed once."""
+        o = _Obs()
+        o.core, o.sim, o.cap, o.req, o.now = self, sim, self.cap, sim.req, sim.now
+        o.chunk, o.slo, o.tf, o.n, o.D = self._chunk, self._slo, self.cap.t_full, self.n, self.D
+        o.healthy = healthy = sim.prefill_healthy[: self.n]
+        o.n_act = int(healthy.sum())
         buf = sim.buffer
-        nb = len(buf)
-        healthy = sim.prefill_healthy[: self.n]
-        n_act = int(healthy.sum())
+        o.nb = nb = len(buf)
         if nb:
             ids = np.fromiter(buf, dtype=np.int64, count=nb)
-            work = req.work[ids]
-            age = now - req.arrival[ids]
+            o.ids, o.work, o.age = ids, o.req.work[ids], o.now - o.req.arrival[ids]
             head = self.candidate(sim) if self.mode == "allocation" else int(ids[0])
             if head is None:
                 head = int(ids[0])
-            j = 0 if head == ids[0] else int(np.flatnonzero(ids == head)[0])
-            g[0] = math.log1p(nb) / math.log1p(256)
-            g[1] = work.sum() / (self.D * chunk)
-            g[2] = age[0] / slo
-            wait = self.pbaa.wait
-            g[7] = sum(1 for r in wait if r in buf) / nb
-            g[9] = work[j] / chunk
-            g[10] = age[j] / slo
-            g[11] = wait.get(head, 0) / (self.pbaa.n_limit + 1)
-            k = min(nb, self.K)
-            blk = g[N_GLOBAL:N_GLOBAL + 3 * self.K].reshape(self.K, 3)
-            blk[:k, 0] = 1.0
-            blk[:k, 1] = work[:k] / chunk
-            blk[:k, 2] = age[:k] / slo
-            if self.cache_aware:
-                hits = np.concatenate([prefix_hits(sim, i, [head])[0] for i in range(self.n)])
-                g[N_GLOBAL + 3 * self.K:self._compose_at] = hits / chunk
-            if self.sbs is not None:
-                self._observe_classes(sim, g[self._compose_at:], nb, chunk, slo)
-        arr = self._arrivals
-        if len(arr) >= 2 and now > arr[0][0]:
-            g[3] = sum(t for _, t in arr) / (now - arr[0][0]) / self._cap_tok_s
-        g[4] = cap.t_fwd / tf
-        g[5] = (now - self.last_release) / tf
-        g[6] = (cap.t_fwd + self._lnet) / max(n_act, 1) / tf
-        g[8] = n_act / self.n
-        s = np.zeros((self.n, self.slot_dim), dtype=np.float64)
-        s[:, 0] = 1.0
-        s[:, 1] = healthy
-        s[:, 2] = ~cap.acked
-        s[:, 3] = [cap.expected_free(i, now) / tf for i in range(self.n)]
-        s[:, 4] = cap.r_queued.sum(axis=1) / (self.D * chunk)
-        s[:, 5] = cap.last_fwd / tf
-        s[np.isnan(s[:, 5]), 5] = 0.0  # no pass reported yet (np.nan_to_num, without its inf handling: none here)
-        s[:, N_INST:] = np.maximum(cap.chunk - cap.u_flight - cap.r_queued, -CLIP * chunk) / chunk
-        return np.clip(np.concatenate([g, s.ravel()]), -CLIP, CLIP).astype(np.float32)
+            o.head = head
+            o.j = 0 if head == ids[0] else int(np.flatnonzero(ids == head)[0])
+            if self.composition:
+                o.short, o.long = self.classes.split(sim)
+        return o
 
-    def _observe_classes(self, sim, c: np.ndarray, nb: int, chunk: float, slo: float) -> None:
-        """Composition features: the split and each class's size, tokens, oldest age; the release's target."""
-        req, now = sim.req, sim.now
-        short, long = self.classes.split(sim)
-        med = self.classes.median
-        c[0] = med / chunk if math.isfinite(med) else 0.0
-        for k, ids in ((1, short), (2, long)):
-            if ids:
-                c[k] = len(ids) / nb
-                c[k + 2] = req.work[ids].sum() / (self.D * chunk)
-                c[k + 4] = (now - req.arrival[ids[0]]) / slo
-        c[7] = sum(1 for r in long if r in self.classes.passed_over) / len(long) if long else 0.0
-        if self._target is not None:
-            c[N_COMPOSE + self._target] = 1.0
+    def observe(self, sim) -> np.ndarray:
+        self._refresh(sim)
+        return self.layout.build(self.context(sim), self.n)
 
     def mask(self, sim) -> np.ndarray:
         self._refresh(sim)
@@ -270,11 +352,11 @@ class _Core(PrefillScheduler):
         m[0] = True
         if not sim.buffer:
             return m
-        if self.mode == "composition":
+        if self.composition:
             short, long = self.classes.split(sim)
             m[1], m[2] = bool(short), bool(long)
             return m
-        room = (cap.chunk - cap.u_flight - cap.r_queued) > 0 if self.mask_full else np.ones((self.n, self.D), bool)
+        room = cap.avail() > 0 if self.mask_full else np.ones((self.n, self.D), bool)
         if self.mode == "timing":
             m[1:] = healthy & room.any(axis=1)
         elif self.candidate(sim) is not None:
@@ -285,10 +367,10 @@ class _Core(PrefillScheduler):
     # -------------------------------------------------------------- actions
     def apply(self, sim, a: int) -> bool:
         """Carry out the valid action `a` (resolve_action first); True if the epoch goes on (allocation mode)."""
-        if self.mode == "composition":
+        if self.composition:
             target, self._target = self._target, None
             if target is not None and sim.buffer:
-                SBS.release(self.sbs, sim, target, self.classes.members(sim, a))
+                self.sbs.release(sim, target, self.classes.members(sim, a))
                 self.last_release = sim.now
             return False
         go_on = False
@@ -327,7 +409,7 @@ class _Core(PrefillScheduler):
         `_engine_unit`, if it left the choice to the engine; the roomiest allowed unit of that instance
         if the mask forbids that one), else skip it if other dispatches are pending, else hold.
         """
-        if self.mode == "composition":  # SBS(compose="length") composes by its rule; any other releases it all
+        if self.mode == "composition":  # SBS(compose="length") composition by its rule; any other releases it all
             return self.classes.rule(sim) if getattr(teacher, "classes", None) is not None else 0
         if self.teacher is not teacher:
             self.teacher = teacher
@@ -358,21 +440,6 @@ class _Core(PrefillScheduler):
                 return 1 + inst * self.D + int(np.argmax(c))
         others = any(r != head and r not in self._skipped for r in self.intents)
         return self.skip if others and mask[self.skip] else 0
-
-
-class _AgentSBS(SBS):
-    """SBS's interval control and readiness, with each release composed by the agent (composition mode):
-    where SBS would release, the core records the target and asks for a decision; `_Core.apply` then
-    sends the chosen class with SBS's own release."""
-
-    def __init__(self, core: _Core, **kwargs):
-        super().__init__(**kwargs)
-        self.core = core
-
-    def release(self, sim, target: int, only: list[int] | None = None) -> int:
-        self.core._target = target
-        self.core.decide(sim)
-        return 0
 
 
 class _EnvAdapter(_Core):
@@ -485,39 +552,13 @@ class PrefillDispatchEnv(PdgymEnv):
 
     ## Observation Space
 
-    `Box(-5, 5, (G + N (6 + D),), float32)`, [global | one row per instance], G = 12 + 3 K (+ N D with
-    `cache_aware`; + 8 + N in composition mode), K = `obs_requests`; `obs_layout` describes it. T_full is the cost model's time of a
-    full-chunk pass (the offline profile), chunk the per-unit token budget.
+    `Box(low, high, (G + N R,), float32)`, [global (G entries) | one row of R entries per instance], G = 12 + 3 K
+    (+ N D with `cache_aware`; + 8 + N in composition mode), R = 6 + D, K = `obs_requests`; `obs_layout`
+    describes it and each entry lies in its feature's [min, max]. T_full is the cost model's time of a full-chunk
+    pass (the offline profile), chunk the per-unit token budget. The table is generated from the declaration
+    (GLOBAL, ROW; envs/features.py); an index's [+ ...] term counts only when that optional feature is on.
 
-    | index             | feature                                                          | min | max |
-    |-------------------|------------------------------------------------------------------|-----|-----|
-    | 0                 | log1p(buffered requests) / log1p(256)                            | 0   | 5   |
-    | 1                 | buffered prefill tokens / (D chunk)                              | 0   | 5   |
-    | 2                 | oldest buffered age / SLO TTFT                                   | 0   | 5   |
-    | 3                 | arrival token rate / cluster token capacity (N D chunk / T_full) | 0   | 5   |
-    | 4                 | T_fwd / T_full                                                   | 0   | 5   |
-    | 5                 | time since the last release / T_full                             | 0   | 5   |
-    | 6                 | (T_fwd + L_net) / healthy instances / T_full                     | 0   | 5   |
-    | 7                 | share of the buffer left over from earlier cycles                | 0   | 1   |
-    | 8                 | share of instances healthy                                       | 0   | 1   |
-    | 9                 | candidate prompt / chunk (timing: the oldest buffered request)   | 0   | 5   |
-    | 10                | candidate age / SLO TTFT                                         | 0   | 5   |
-    | 11                | candidate wait cycles / (n_limit + 1)                            | 0   | 5   |
-    | 12 + 3k + 0..2    | k-th oldest buffered request: present, prompt / chunk, age / SLO TTFT | 0 | 5 |
-    | 12 + 3K + i D + d | (`cache_aware`) candidate's prefix-cache hit tokens / chunk on (i, d) | 0 | 5 |
-    | C + 0             | (composition; C after the entries above) median prompt / chunk   | 0   | 5   |
-    | C + 1, C + 2      | share of the buffer short, long                                  | 0   | 1   |
-    | C + 3, C + 4      | short, long buffered tokens / (D chunk)                          | 0   | 5   |
-    | C + 5, C + 6      | oldest short, long age / SLO TTFT                                | 0   | 5   |
-    | C + 7             | share of the long prompts passed over by an earlier short release | 0  | 1   |
-    | C + 8 + i         | the release goes to instance i (one-hot)                         | 0   | 1   |
-    | G + (6 + D) i + 0 | instance i present                                               | 0   | 1   |
-    | G + (6 + D) i + 1 | healthy                                                          | 0   | 1   |
-    | G + (6 + D) i + 2 | busy (no EndForward since our last dispatch, a quiescence poll finds work) | 0 | 1 |
-    | G + (6 + D) i + 3 | expected time to free / T_full                                   | 0   | 5   |
-    | G + (6 + D) i + 4 | reported device-queue tokens / (D chunk)                         | 0   | 5   |
-    | G + (6 + D) i + 5 | last forward time / T_full                                       | 0   | 5   |
-    | G + (6 + D) i + 6 + d | C_avail of unit d / chunk                                    | -5  | 1   |
+    {features}
 
     ## Rewards
 
@@ -644,7 +685,8 @@ class PrefillDispatchEnv(PdgymEnv):
 
 
 PrefillDispatchEnv.__doc__ = PrefillDispatchEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
-                                                               max_steps=MAX_EPISODE_STEPS)
+                                                               max_steps=MAX_EPISODE_STEPS,
+                                                               features=table(GLOBAL, ROW, "instance i"))
 
 
 def make_env(**kwargs) -> PrefillDispatchEnv:
