@@ -51,7 +51,11 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
         def seed_done(done: int, total: int) -> None:  # training's bar is live: a line per seed, not a bar
             print(f"  held-out seed {done}/{total} done, {time.perf_counter() - t0:.0f} s", flush=True)
 
-        return E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done).stats()
+        ev = E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done)
+        for s, m in zip(ev.seeds, ev.per_seed):
+            if m["stopped"]:
+                print(f"  held-out seed {s} stopped early: {m['stopped']}", flush=True)
+        return ev.stats()
 
     return run
 
