@@ -370,6 +370,7 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     """A baseline name (or {name, params}) or a model path -> Candidate; the decision point is inferred
     from the registry (or the agent's metadata) unless given."""
     from pdgym.baselines import registered
+    from pdgym.baselines.registry import KINDS, external_class, is_external, point_of
 
     if point is not None and point not in POINTS:
         raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
@@ -381,6 +382,11 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     base = {"name": spec} if isinstance(spec, str) else dict(spec)
     name = base.get("name")
     kinds = [k for k in POINTS if name in registered(k)]
+    if is_external(name):  # module:Class, named by the command line or Python (baselines/registry.py)
+        kinds = point_of(external_class(name))
+        if not kinds:
+            raise ConfigError(f"policy: {name} subclasses no decision point's protocol; allowed bases: "
+                              + ", ".join(f"{p.__module__}.{p.__name__}" for p in KINDS.values()))
     if not kinds:  # a configured preset (conf/policy/POINT/NAME.yaml, e.g. sbs_cache): its class and params
         from pdgym.agents.common import configured_policy
 
@@ -395,8 +401,8 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     if point is None:
         if len(kinds) != 1:
             allowed = "; ".join(f"{k}: {', '.join(registered(k))}" for k in POINTS)
-            why = "is registered at several decision points, set point=" if kinds else "is neither a model path " \
-                  "nor a registered baseline"
+            why = "is registered at several decision points, set point=" if kinds else "is neither a model path, " \
+                  "a registered baseline nor module:Class"
             raise ConfigError(f"policy: {name!r} {why} ({allowed})")
         point = kinds[0]
     elif point not in kinds:
