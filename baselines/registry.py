@@ -2,6 +2,12 @@
 
 Every module in pdgym.baselines registers its policies on import; `make_policy` imports
 them all once, so adding a baseline is one new module plus a config file, nothing else.
+
+A policy from outside the tree is named `module:Class` wherever a registered name is taken
+(`policy/decode`, `policy.decode.name`, pdgym-eval's `policy=`, a board's `baselines`,
+`make_policies`): the module is imported (the working directory first on the path, as `python -m`
+does) and the class must subclass the decision point's protocol. Code is imported only because a
+command line or a Python call named it; nothing read from a run directory goes through here.
 """
 
 from __future__ import annotations
@@ -57,12 +63,51 @@ def registered(kind: str) -> list[str]:
     return sorted(_REGISTRY[kind])
 
 
+def is_external(name: Any) -> bool:
+    """`module:Class` (a policy class from outside the tree), as opposed to a registered name."""
+    return isinstance(name, str) and name.count(":") == 1 and all(name.split(":"))
+
+
+def external_class(name: str, key: str = "policy") -> type:
+    """Import `module:Class` (cwd first on sys.path); a bad module or class is one ConfigError line under `key`."""
+    import sys
+
+    mod_name, cls_name = name.split(":")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as exc:  # noqa: BLE001 (any failure of the user's module is one line)
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        raise ConfigError(f"{key}: cannot import module {mod_name!r} of {name!r} ({why}); give module:Class with "
+                          "the module importable from the working directory or PYTHONPATH") from None
+    cls = getattr(mod, cls_name, None)
+    if not inspect.isclass(cls):
+        found = sorted(n for n, v in vars(mod).items() if inspect.isclass(v) and any(
+            issubclass(v, p) for p in KINDS.values()) and v.__module__ == mod.__name__)
+        raise ConfigError(f"{key}: module {mod_name!r} has no class {cls_name!r}; its policy classes: "
+                          f"{', '.join(found) or 'none'}")
+    return cls
+
+
+def point_of(cls: type) -> list[str]:
+    """The decision points whose protocol `cls` subclasses."""
+    return [k for k, proto in KINDS.items() if issubclass(cls, proto)]
+
+
 def policy_class(kind: str, name: str) -> type:
     _load_all()
     if kind not in KINDS:
         raise ConfigError(f"policy: decision point {kind!r} unknown; allowed: {', '.join(KINDS)}")
+    if is_external(name):
+        cls = external_class(name, f"policy.{kind}.name")
+        if not issubclass(cls, KINDS[kind]):
+            raise ConfigError(f"policy.{kind}.name: {name} does not subclass {KINDS[kind].__module__}."
+                              f"{KINDS[kind].__name__}, the protocol of the {kind} decision point")
+        return cls
     if name not in _REGISTRY[kind]:
-        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; allowed: {', '.join(sorted(_REGISTRY[kind]))}")
+        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; allowed: {', '.join(sorted(_REGISTRY[kind]))}, "
+                          "or module:Class")
     return _REGISTRY[kind][name]
 
 

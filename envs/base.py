@@ -69,6 +69,46 @@ def resolve_action(space: spaces.Space, mask: np.ndarray | None, action: Any, de
     return default(), True
 
 
+# Decisions an agent may make in one simulate() run, per request of the run (DecisionBudget). An agent's
+# decisions per request can explode without simulated time moving: a router that SKIPs the whole pool at
+# every step boundary makes about pool-size decisions per step, so an untrained agent's evaluation on
+# decode_tier_n16 ran past 300 s on one seed. What the envs need: see docs/agents.md ("Bounded evaluation").
+# PhaseBatching has none: each of its decisions is one pass of a unit, which moves simulated time, so the
+# simulated-time horizon (evaluate.agent_horizon) bounds it.
+DECISIONS_PER_REQUEST = {"prefill": 10.0, "decode": 10.0, "batching": None}
+
+
+class DecisionBudget:
+    """An agent's `predict` bounded to `per_request` x the run's requests decisions in one simulate() run.
+
+    `start(sim)` binds it to a run; past the budget it pauses the simulator once (`spent` is then True and
+    the caller ends the run as stalled: evaluate.run_bounded) and answers every further call of the same
+    event with an action outside the action space, which INVALID_ACTION_RULE turns into the env's default
+    action (END a decode boundary, hold a prefill buffer) without running the network, so the event ends
+    quickly. `per_request=None` counts without a bound."""
+
+    def __init__(self, predict, per_request: float | None):
+        self.predict, self.per_request = predict, per_request
+        self.sim, self.limit, self.used, self.spent = None, None, 0, False
+
+    def start(self, sim) -> None:
+        self.sim, self.used, self.spent = sim, 0, False
+        self.limit = None if self.per_request is None else int(self.per_request * max(sim.req.n, 1))
+
+    def __call__(self, obs, mask):
+        self.used += 1
+        if self.limit is not None and self.used > self.limit:
+            if not self.spent:
+                self.spent = True
+                self.sim.pause()
+            return -1
+        return self.predict(obs, mask)
+
+    def why(self) -> str:
+        return (f"{self.limit} decisions for {self.sim.req.n} requests, the budget of {self.per_request:g} per "
+                "request (decisions per request exploded: e.g. a router skipping the whole pool at every step)")
+
+
 def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
     """Call a policy core's constructor (a class or a bound `__init__`) with `options`, less the
     env-level keys `env_keys` (an AgentPolicy runs in a simulator that has its own scenario); the core's

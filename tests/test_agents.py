@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -179,6 +180,49 @@ def test_progress_past_the_target_is_the_real_count_without_a_percentage():
     assert log.done(6144) == "step 6144 (total_timesteps=6000 rounded up to whole rollouts of 512 steps)"
     log.model = SimpleNamespace(n_envs=1)  # off-policy (DQN): no rollout size to name
     assert log.done(300) == "step 300/6000 (5%)" and "%" not in log.done(6010)
+
+
+def test_held_out_evaluations_run_where_the_policy_changes_and_never_twice_at_the_end(tmp_path):
+    # rollouts of 2 x 64 = 128 steps; freq 100 and 300 steps: checks at rollout starts 128 and 256 (the policy
+    # of a rollout's start: a check at step 200 would evaluate step 128's policy again), then the end, 384
+    # (300 rounded up to whole rollouts), once: before, 100, 200, 300 and 384 (two evaluations of one policy)
+    train_from_overrides([*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=300", "eval.freq=100"], tmp_path)
+    steps = pd.read_csv(tmp_path / "eval_history.csv").timesteps.tolist()
+    assert steps == [128, 256, 384]
+
+
+def test_time_left_counts_the_evaluations_to_come():
+    from pdgym.agents.training.callbacks import HeldOutEval
+
+    ev = HeldOutEval(lambda model: {}, 5000, "imbalance_mean", Path("."), None)
+    ev.last = 0
+    # rollouts of 1024 steps up to 10,240: a check at 5,120, then the final one
+    assert ev.left(0, 10240, 1024) == 2 and ev.left(6000, 10240, 1024) == 2
+    ev.last = 5120
+    assert ev.left(6000, 10240, 1024) == 1 and ev.left(10240, 10240, 1024) == 1
+    ev.last = 10240
+    assert ev.left(10240, 10240, 1024) == 0
+    ev.freq = 0  # no periodic checks: only the final one
+    ev.last = 0
+    assert ev.left(0, 10240, 1024) == 1
+
+
+def test_an_evaluation_that_stopped_early_is_never_the_best_model(tmp_path):
+    from types import SimpleNamespace
+
+    from pdgym.agents.training import callbacks as C
+
+    stats = {k: {"mean": 1.0} for k in E.METRIC_KEYS}
+    saved = []
+    ev = C.HeldOutEval(lambda model: {**stats, C.STOPPED: {0: "stalled: ..."}}, 0, "imbalance_mean", tmp_path,
+                       lambda model, path: saved.append(path))
+    ev.model = SimpleNamespace(num_timesteps=64, logger=SimpleNamespace(record=lambda *a, **k: None,
+                                                                          dump=lambda *a: None))
+    ev.run()  # a stalled router's imbalance over the few requests it resolved is tiny: not a best model
+    assert not saved and not (tmp_path / "best_metrics.json").exists()
+    ev.evaluate_fn = lambda model: {**stats, C.STOPPED: {}}
+    ev.run()
+    assert saved == [tmp_path / "best_model.zip"]
 
 
 def test_same_seed_same_metrics(tmp_path):

@@ -140,6 +140,48 @@ def test_a_router_that_skips_forever_is_stopped_by_the_wall_budget_and_says_why(
     assert (r.status == "rejected").all() and (r.reason == "horizon").all()
 
 
+def _decode_agent(predict) -> E.Candidate:
+    agent = E.LoadedAgent(Path("."), {"env_id": "pdgym/DecodeRouting-v0", "point": "decode", "env_kwargs": {}},
+                          predict)
+    return E.Candidate("scripted", "agent", "decode", agent=agent)
+
+
+def test_an_agent_whose_decisions_per_request_explode_stops_at_its_budget_as_stalled():
+    # SKIP whenever allowed: every step boundary offers the whole pool, so decisions grow with the pool at
+    # every step while simulated time barely moves (no wall budget here: the decision budget stops it)
+    from pdgym.envs.base import DECISIONS_PER_REQUEST
+
+    calls = []
+
+    def skip(obs, mask):
+        calls.append(1)
+        return len(mask) - 1 if mask[-1] else int(np.argmax(mask))
+
+    raw = _raw("decode_tier_n16", 300)
+    out = E.run_one(raw, raw["policy"], _decode_agent(skip), E.default_splits()["test"], 0)
+    limit = int(DECISIONS_PER_REQUEST["decode"] * 300)
+    assert out.stopped.startswith(f"stalled: {limit} decisions for 300 requests")
+    assert len(calls) == limit  # past the budget the network is not called again
+    r = out.result.requests
+    assert (r.status == "finished").sum() + (r.reason == "stalled").sum() == 300 and (r.reason == "stalled").any()
+
+
+def test_an_agent_within_its_budget_runs_to_the_end_with_the_history_of_an_unbounded_run():
+    # least-loaded feasible worker, never SKIP: one decision per request, far inside the budget
+    def least(obs, mask):
+        n = len(mask) - 2
+        return int(np.argmin(np.where(mask[:n], obs[13:12 + 8 * n:8], np.inf))) if mask[:n].any() else n
+
+    raw = _raw("decode_tier_n16", 300)
+    out = E.run_one(raw, raw["policy"], _decode_agent(least), E.default_splits()["test"], 0)
+    assert out.stopped == "" and out.metrics["finished"] == 300
+    from pdgym.envs.decode_routing import AgentPolicy
+
+    ref, seed = E.apply_split(raw, E.default_splits()["test"], 0)
+    plain = simulate(sim_config_from(ref), dict(make_policies(ref["policy"]), decode=AgentPolicy(least)), seed=seed)
+    assert plain.requests.equals(out.result.requests)
+
+
 # --------------------------------------------------------------------------- the tiny board
 def test_csv_has_the_contract_columns_and_ranks_by_the_primary_metric(board):
     out, summary = board

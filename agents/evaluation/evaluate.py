@@ -171,12 +171,14 @@ class PoolMeter(Observer):
             self.sink.append((sim.now, len(sim.pool)))
 
 
-def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float = 0.5) -> str:
+def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float = 0.5, decisions=None) -> str:
     """Run `sim` to its end, or stop it once `wall_s` wall seconds have passed (whatever its policies do:
     an agent that skips forever included). A heartbeat thread pauses the event loop every `heartbeat_s`
     (between two events, so the history is the one an uninterrupted run makes); each pause reports the
     requests resolved so far to `on_progress(n_resolved, n_requests)` and checks the budget. On a stop, the requests
-    left are rejected("horizon") as at the simulated-time horizon. Returns '' or why the run stopped early."""
+    left are rejected("horizon") as at the simulated-time horizon. `decisions`: an agent's DecisionBudget
+    (envs/base.py); once spent, the run stops as stalled and what is left is rejected("stalled").
+    Returns '' or why the run stopped early."""
     import threading
     import time
 
@@ -191,6 +193,11 @@ def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float 
     thread.start()
     try:
         while not sim.run():
+            if decisions is not None and decisions.spent:
+                n_left = sim.req.n - sim.n_resolved
+                sim._finish_run(reason="stalled")
+                return (f"stalled: {decisions.why()}; stopped at simulated t = {sim.now:.1f} s, {n_left} of "
+                        f"{sim.req.n} requests unresolved, counted rejected(stalled)")
             if on_progress is not None:
                 on_progress(sim.n_resolved, sim.req.n)
             if wall_s is not None and time.perf_counter() - t0 >= wall_s:
@@ -312,8 +319,12 @@ class LoadedAgent:
         return self.meta["point"]
 
     def policy(self):
+        """The env's AgentPolicy around the network, its decisions bounded per request (DecisionBudget)."""
+        from pdgym.envs.base import DECISIONS_PER_REQUEST, DecisionBudget
+
         mod = env_module(self.meta["env_id"])
-        return mod.AgentPolicy(self.predict, **self.meta["env_kwargs"])
+        budget = DecisionBudget(self.predict, DECISIONS_PER_REQUEST.get(self.point))
+        return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
@@ -359,6 +370,7 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     """A baseline name (or {name, params}) or a model path -> Candidate; the decision point is inferred
     from the registry (or the agent's metadata) unless given."""
     from pdgym.baselines import registered
+    from pdgym.baselines.registry import KINDS, external_class, is_external, point_of
 
     if point is not None and point not in POINTS:
         raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
@@ -370,6 +382,11 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     base = {"name": spec} if isinstance(spec, str) else dict(spec)
     name = base.get("name")
     kinds = [k for k in POINTS if name in registered(k)]
+    if is_external(name):  # module:Class, named by the command line or Python (baselines/registry.py)
+        kinds = point_of(external_class(name))
+        if not kinds:
+            raise ConfigError(f"policy: {name} subclasses no decision point's protocol; allowed bases: "
+                              + ", ".join(f"{p.__module__}.{p.__name__}" for p in KINDS.values()))
     if not kinds:  # a configured preset (conf/policy/POINT/NAME.yaml, e.g. sbs_cache): its class and params
         from pdgym.agents.common import configured_policy
 
@@ -384,8 +401,8 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
     if point is None:
         if len(kinds) != 1:
             allowed = "; ".join(f"{k}: {', '.join(registered(k))}" for k in POINTS)
-            why = "is registered at several decision points, set point=" if kinds else "is neither a model path " \
-                  "nor a registered baseline"
+            why = "is registered at several decision points, set point=" if kinds else "is neither a model path, " \
+                  "a registered baseline nor module:Class"
             raise ConfigError(f"policy: {name!r} {why} ({allowed})")
         point = kinds[0]
     elif point not in kinds:
@@ -427,7 +444,10 @@ def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index:
     sim = Simulator(sim_config_from(raw), pols, seed=seed)
     pool: list[int] = []
     sim.observe(PoolMeter(pool))
-    stopped = run_bounded(sim, budget_s, on_progress)
+    decisions = getattr(pols[cand.point], "predict", None) if cand.kind == "agent" else None
+    if decisions is not None:
+        decisions.start(sim)
+    stopped = run_bounded(sim, budget_s, on_progress, decisions=decisions)
     res = SimResult(sim)
     return RunOutcome(res, run_metrics(res, np.asarray(pool, dtype=float).reshape(-1, 2) if sim.decode else None),
                       stopped)

@@ -19,6 +19,10 @@ from pdgym.agents.learned.model_store import checkpoints
 from pdgym.envs.sim.metrics import write_json
 from stable_baselines3.common.callbacks import BaseCallback
 
+# The key of an evaluation's stats naming the seeds that stopped early ({seed: why}): a run cut short (stalled,
+# out of budget) has metrics over the few requests it resolved (a stalled router's imbalance is tiny), so
+# such an evaluation is never the best model.
+STOPPED = "stopped_early"
 # What the held-out evaluation logs under eval/ (mean over its seeds).
 LOGGED = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "ttft_mean", "tpot_mean", "throughput_tok_s", "rps",
           "imbalance_mean", "slo_attainment", "goodput_rps", "chunk_util_mean", "rejected")
@@ -68,19 +72,39 @@ class CheckpointEvery(BaseCallback):
         return path
 
 
+def rollout_size(model) -> int | None:
+    """Environment steps per rollout of an on-policy algorithm (n_envs x n_steps); None for off-policy ones."""
+    n_steps = getattr(model, "n_steps", None)
+    return model.n_envs * n_steps if isinstance(n_steps, int) else None
+
+
+def steps_at_end(model, target: int) -> int:
+    """Where SB3 stops for `target` steps: an on-policy algorithm learns on whole rollouts, so it rounds up."""
+    size = rollout_size(model)
+    return target if not size else -(-int(target) // size) * size
+
+
 class ProgressLog(BaseCallback):
     """One line every `every` environment steps (steps done of the target, steps/s over the last stretch
-    and overall, time left), so a run's log shows progress without a progress bar."""
+    and overall, time left), so a run's log shows progress without a progress bar. Time left counts the
+    held-out evaluations still to come (`evaluator`), at the mean wall time of those run so far; the
+    training rate excludes them."""
 
-    def __init__(self, target: int, every: int, name: str = ""):
+    def __init__(self, target: int, every: int, name: str = "", evaluator: HeldOutEval | None = None):
         super().__init__()
         self.target, self.every, self.name = int(target), max(1, int(every)), name
+        self.evaluator = evaluator
         self.t0 = self.t_last = 0.0
         self.n0 = self.n_last = 0
+        self.eval_s0 = self.eval_s_last = 0.0
 
     def _on_training_start(self) -> None:
         self.t0 = self.t_last = time.perf_counter()
         self.n0 = self.n_last = self.num_timesteps
+        self.eval_s0 = self.eval_s_last = self._eval_s()
+
+    def _eval_s(self) -> float:
+        return self.evaluator.spent_s if self.evaluator is not None else 0.0
 
     def _on_step(self) -> bool:
         if self.num_timesteps - self.n_last >= self.every:
@@ -92,28 +116,42 @@ class ProgressLog(BaseCallback):
             self.line()
 
     def line(self) -> None:
-        now, n = time.perf_counter(), self.num_timesteps
-        rate = (n - self.n_last) / max(now - self.t_last, 1e-9)
-        overall = (n - self.n0) / max(now - self.t0, 1e-9)
-        left = max(self.target - n, 0) / max(overall, 1e-9)
-        print(f"{self.name}: {self.done(n)}, {rate:.0f} steps/s (run {overall:.0f}), {left:.0f} s left", flush=True)
+        now, n, ev = time.perf_counter(), self.num_timesteps, self._eval_s()
+        rate = (n - self.n_last) / max(now - self.t_last - (ev - self.eval_s_last), 1e-9)
+        overall = (n - self.n0) / max(now - self.t0 - (ev - self.eval_s0), 1e-9)
+        end = steps_at_end(self.model, self.target)
+        left = max(end - n, 0) / max(overall, 1e-9)
+        evals = ""
+        if self.evaluator is not None:
+            k = self.evaluator.left(n, end, rollout_size(self.model))
+            if k and self.evaluator.runs:
+                left += k * self.evaluator.spent_s / self.evaluator.runs
+                evals = f" (with {k} held-out evaluation{'s' * (k > 1)})"
+            elif k:
+                evals = f" + {k} held-out evaluation{'s' * (k > 1)}"
+        print(f"{self.name}: {self.done(n)}, {rate:.0f} steps/s (run {overall:.0f}), {left:.0f} s left{evals}",
+              flush=True)
         self.logger.record("time/steps_per_s", overall)
-        self.t_last, self.n_last = now, n
+        self.t_last, self.n_last, self.eval_s_last = now, n, ev
 
     def done(self, n: int) -> str:
         """Steps done of the target; past it (SB3 ends only on a whole rollout: 6144 steps for 6000 in rollouts
         of 2 x 256) the real count is said so, not as a percentage over 100."""
         if n <= self.target:
             return f"step {n}/{self.target} ({100 * n / max(self.target, 1):.0f}%)"
-        n_steps = getattr(self.model, "n_steps", None)
-        size = f" of {self.model.n_envs * n_steps} steps" if isinstance(n_steps, int) else ""
+        size = f" of {rollout_size(self.model)} steps" if rollout_size(self.model) else ""
         return f"step {n} (total_timesteps={self.target} rounded up to whole rollouts{size})"
 
 
 class HeldOutEval(BaseCallback):
     """Every `freq` environment steps, run the current policy through `simulate()` on the validation
     seeds (`evaluate_fn(model) -> Evaluation.stats()`), log eval/<metric>, append eval_history.csv and
-    keep best_model.zip by the primary metric (its direction: lower TTFT, higher throughput, ...)."""
+    keep best_model.zip by the primary metric (its direction: lower TTFT, higher throughput, ...).
+
+    The check runs where the policy changes: at the start of a rollout (after the previous update), and
+    once at the end of training. A check inside a rollout evaluated the policy of the rollout's start
+    again, and the end of training (rounded up to whole rollouts) then evaluated the final policy a few
+    steps later: two evaluations, 3,000 and 3,072, for total_timesteps=3000 (issue 27)."""
 
     def __init__(self, evaluate_fn: Callable, freq: int, primary: str, out: Path, saver: Callable):
         super().__init__()
@@ -123,6 +161,7 @@ class HeldOutEval(BaseCallback):
         self.best = -math.inf  # direction-adjusted: higher is better
         self.last = -1
         self.last_stats: dict | None = None
+        self.runs, self.spent_s = 0, 0.0  # evaluations run by this process and their wall time
 
     def _init_callback(self) -> None:
         if self.history_path.is_file():  # resumed run: remember the best score so far
@@ -133,23 +172,41 @@ class HeldOutEval(BaseCallback):
         self.last = self.num_timesteps
 
     def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
         if self.freq > 0 and self.num_timesteps - self.last >= self.freq:
             self.run()
-        return True
 
     def _on_training_end(self) -> None:
         if self.num_timesteps != self.last:
             self.run()
 
+    def left(self, n: int, end: int, rollout: int | None) -> int:
+        """Evaluations still to come between step `n` and the end of training at step `end`."""
+        if n >= end:
+            return int(self.last != n)
+        k, last, step = 0, self.last, rollout or 1
+        if self.freq > 0:
+            r = -(-n // step) * step  # the next rollout start
+            while r < end:
+                if r - last >= self.freq:
+                    k, last = k + 1, r
+                r += step
+        return k + 1  # the final evaluation
+
     def run(self) -> dict:
         self.last = self.num_timesteps
+        t0 = time.perf_counter()
         stats = self.last_stats = self.evaluate_fn(self.model)
+        self.runs, self.spent_s = self.runs + 1, self.spent_s + time.perf_counter() - t0
         row = {"timesteps": self.num_timesteps, **{k: stats[k]["mean"] for k in E.METRIC_KEYS}}
         for k in LOGGED:
             if math.isfinite(row[k]):
                 self.logger.record(f"eval/{k}", row[k])
         score = E.direction(self.primary) * row[self.primary]
-        improved = math.isfinite(score) and score > self.best
+        stopped = stats.get(STOPPED) or {}
+        improved = math.isfinite(score) and score > self.best and not stopped
         if improved:
             self.best = score
             self.saver(self.model, self.out / "best_model.zip")
@@ -158,8 +215,9 @@ class HeldOutEval(BaseCallback):
         self.logger.record("eval/best_" + self.primary, best)
         others = ", ".join(f"{k} {row[k]:.4g}" for k in ("ttft_p99", "tpot_p99", "throughput_tok_s", "rejected")
                            if k != self.primary and math.isfinite(row[k]))
+        note = f", {len(stopped)} seed(s) stopped early: not a best-model candidate" if stopped else ""
         print(f"eval at step {self.num_timesteps}: {self.primary} {row[self.primary]:.4g} (best {best:.4g}"
-              f"{', new best' if improved else ''}); {others}", flush=True)
+              f"{', new best' if improved else ''}{note}); {others}", flush=True)
         self.logger.dump(self.num_timesteps)
         pd.DataFrame([row]).to_csv(self.history_path, mode="a", header=not self.history_path.is_file(), index=False)
         return stats

@@ -51,7 +51,11 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
         def seed_done(done: int, total: int) -> None:  # training's bar is live: a line per seed, not a bar
             print(f"  held-out seed {done}/{total} done, {time.perf_counter() - t0:.0f} s", flush=True)
 
-        return E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done).stats()
+        ev = E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done)
+        stopped = {s: m["stopped"] for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]}
+        for s, why in stopped.items():
+            print(f"  held-out seed {s} stopped early: {why}", flush=True)
+        return {**ev.stats(), C.STOPPED: stopped}
 
     return run
 
@@ -167,7 +171,7 @@ def train(data: dict, out: Path) -> dict:
     evaluator = C.HeldOutEval(_eval_fn(env, raw, val_split, app.eval.seeds, agent.algo, vec_norm), app.eval.freq,
                               env.primary, out, saver)
     ckpt = C.CheckpointEvery(app.checkpoint_freq, out / "checkpoints", saver)
-    log = C.ProgressLog(app.total_timesteps, app.log_freq or max(1, app.total_timesteps // 20), app.name)
+    log = C.ProgressLog(app.total_timesteps, app.log_freq or max(1, app.total_timesteps // 20), app.name, evaluator)
     done = int(model.num_timesteps)
     remaining = max(0, app.total_timesteps - done)
     if bc_stats is not None:  # the warm-started policy is the first candidate for the best model
