@@ -12,7 +12,9 @@ ui.perfetto.dev and chrome://tracing load:
   unit's busy time; the rest of the pass, until the barrier releases, is a gap: the barrier
   idle (`idle_slices=True` draws it as an explicit "barrier idle" slice instead);
 - optionally each request's lifetime as nestable async slices (queued at the scheduler,
-  prefill, decode) on a "requests" process.
+  prefill, decode) on a "requests" process, with its prefix-cache hit tokens;
+- with prefix-block caches, a counter track per prefill instance: the blocks each DP unit's HBM
+  cache holds at every pass start (its fill and its evictions over time).
 
 Where the idle sits inside a pass is a drawing choice: the cost models aggregate the per-layer
 waits of DP attention + EP MoE into one barrier per pass, so the gap is drawn at its end.
@@ -48,6 +50,7 @@ class PassRecord:
     busy: np.ndarray
     prefill_tokens: np.ndarray
     decode_reqs: np.ndarray
+    cache_blocks: np.ndarray | None = None  # prefill with prefix-block caches: blocks each unit's HBM cache holds
 
     @property
     def idle(self) -> np.ndarray:
@@ -62,18 +65,22 @@ class PassRecorder(Observer):
         self.passes: list[PassRecord] = []
 
     def record(self, t: float, dur: float, kind: str, inst: int, busy: Sequence[float],
-               prefill_tokens: Sequence[float] | None = None, decode_reqs: Sequence[float] | None = None) -> None:
+               prefill_tokens: Sequence[float] | None = None, decode_reqs: Sequence[float] | None = None,
+               cache_blocks: Sequence[int] | None = None) -> None:
         """Keep one pass (the vectors are copied: the engine's arrays are live)."""
         busy = np.minimum(np.array(busy, dtype=float), dur)  # float noise must not push busy past the barrier
         zero = np.zeros(len(busy))
         pt = zero if prefill_tokens is None else np.array(prefill_tokens, dtype=float)
         dr = zero if decode_reqs is None else np.array(decode_reqs, dtype=float)
-        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, pt, dr))
+        cb = None if cache_blocks is None else np.array(cache_blocks, dtype=np.int64)
+        self.passes.append(PassRecord(float(t), float(dur), str(kind), int(inst), busy, pt, dr, cb))
 
     def on_pass_start(self, sim, p: PassStart) -> None:
         """Observer hook: a pass starts with known duration and per-unit compute times."""
-        self.record(p.t, p.dur, p.kind.name.lower(), p.inst, busy_from_unit_times(p.dur, p.unit_time),
-                    p.prefill_tokens, p.decode_reqs)
+        kind = p.kind.name.lower()
+        caches = sim.prefill[p.inst].bcaches if kind == "prefill" else None
+        self.record(p.t, p.dur, kind, p.inst, busy_from_unit_times(p.dur, p.unit_time),
+                    p.prefill_tokens, p.decode_reqs, None if caches is None else [len(c.hbm) for c in caches])
 
 
 def simulate_traced(config, policies: dict | None = None, seed: int = 0) -> tuple[SimResult, list[PassRecord]]:
@@ -159,6 +166,9 @@ def chrome_trace(passes: Sequence[PassRecord], requests: pd.DataFrame | None = N
                 its, idur = _span(p.t + b, p.t + p.dur)
                 ev.append({"ph": "X", "name": "barrier idle", "cat": "idle", "pid": pid, "tid": u + 1,
                            "ts": its, "dur": idur, "args": {"pass": n, "idle_ms": round(w * 1e3, 6)}})
+        if p.cache_blocks is not None:
+            ev.append({"ph": "C", "name": "prefix cache blocks (HBM)", "pid": pid, "tid": 0, "ts": ts,
+                       "args": {f"unit {u}": int(c) for u, c in enumerate(p.cache_blocks.tolist())}})
     if requests is not None and len(requests):
         ev.extend(request_events(requests, pid=len(pids) + 1))
     return {"traceEvents": ev, "displayTimeUnit": "ms",
@@ -171,14 +181,14 @@ def request_events(requests: pd.DataFrame, pid: int) -> list[dict]:
     as one 'rejected: REASON' slice."""
     ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "requests"}},
           {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
-    cols = ["id", "arrival", "dispatch", "first_token", "finish", "status", "reason", "prompt", "output"]
-    for rid, arr, disp, first, fin, status, reason, prompt, out in requests[cols].itertuples(index=False):
+    cols = ["id", "arrival", "dispatch", "first_token", "finish", "status", "reason", "prompt", "output", "cached"]
+    for rid, arr, disp, first, fin, status, reason, prompt, out, hit in requests[cols].itertuples(index=False):
         if not np.isfinite(arr) or not np.isfinite(fin):
             continue
         name = f"request {rid}"
         common = {"cat": "request", "pid": pid, "tid": 0, "id": int(rid)}
         ev.append({"ph": "b", "name": name, "ts": _us(arr), **common,
-                   "args": {"prompt": int(prompt), "output": int(out), "status": status}})
+                   "args": {"prompt": int(prompt), "output": int(out), "status": status, "prefix_hit": int(hit)}})
         if status != "finished":
             ev.append({"ph": "b", "name": f"rejected: {reason}", "ts": _us(arr), **common})
             ev.append({"ph": "e", "name": f"rejected: {reason}", "ts": _us(fin), **common})

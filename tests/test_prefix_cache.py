@@ -221,3 +221,16 @@ def test_trace_size_is_checked_before_reading(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="traces are limited to"):
         read_trace(str(p))
     assert np.isfinite(os.path.getsize(p))
+
+
+def test_trace_counts_each_units_blocks_and_each_requests_hit():
+    from pdgym.agents.trace import chrome_trace, simulate_traced
+
+    cap = 40
+    sc = load_scenario("prefix_single", ["workload.num_requests=40", f"cluster.prefill.cache_tokens={cap * 512}"])
+    res, passes = simulate_traced(sc.sim, {}, seed=0)
+    ev = chrome_trace(passes, res.requests)["traceEvents"]
+    counts = [e["args"]["unit 0"] for e in ev if e.get("ph") == "C"]
+    assert len(counts) == sum(p.kind == "prefill" for p in passes) and max(counts) == cap and counts[0] == 0
+    hits = {e["id"]: e["args"]["prefix_hit"] for e in ev if e.get("ph") == "b" and e["name"].startswith("request ")}
+    assert sum(hits.values()) == res.requests.cached.sum() > 0

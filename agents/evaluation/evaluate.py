@@ -42,7 +42,7 @@ LOADED_FROM = 0.5  # regime window: from the arrival of this quantile request to
 METRIC_KEYS = tuple(k for k in SUMMARY_KEYS if k != "wall_time_s") + EXTRA_KEYS + ("wall_time_s",)
 # Direction of every metric: +1 higher is better, -1 lower is better (ranking and "best" checkpoints).
 HIGHER_BETTER = {"throughput_tok_s", "total_tok_s", "rps", "goodput_rps", "chunk_util_mean", "finished",
-                 "slo_attainment"}
+                 "slo_attainment", "prefix_hit_ratio"}
 AGENT_META = "agent.json"
 # A learned scheduler may hold requests forever (a prefill agent that never releases, a router that never
 # admits): its runs stop at HORIZON_FACTOR x the open-loop arrival span (at least 60 s; closed loop: 3600 s)

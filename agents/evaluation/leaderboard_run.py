@@ -38,10 +38,11 @@ class BoardScenario:
     effect: float = 0.05  # smallest relative difference on `primary` the board exists to show
     note: str = ""
 
-    def raw(self, rate: float | None = None) -> dict:
+    def raw(self, rate: float | None = None, extra: tuple[str, ...] = ()) -> dict:
+        """The composed scenario (`extra`: a headroom row's own overrides, e.g. a hindsight eviction rule)."""
         from pdgym.envs.scenario import load_scenario
 
-        raw = load_scenario(self.scenario, list(self.overrides)).raw
+        raw = load_scenario(self.scenario, [*self.overrides, *extra]).raw
         pol = dict(raw.get("policy") or {})
         pol.update(self.policies)
         raw = dict(raw, policy=pol)
@@ -80,6 +81,10 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
             if not isinstance(h, dict) or "label" not in h or "name" not in h:
                 raise ConfigError(f"scenarios.{key}.headroom: entry {h!r} needs label and name")
             check_label(h["label"], f"scenarios.{key}.headroom.label")
+            ov = h.get("overrides", [])
+            if not (isinstance(ov, (list, tuple)) and all(isinstance(o, str) and "=" in o for o in ov)):
+                raise ConfigError(f"scenarios.{key}.headroom.overrides: got {ov!r}; must be a list of key=value "
+                                  "scenario overrides (e.g. cluster.prefill.cache_eviction=belady)")
         s["regime"] = dict(s.get("regime") or {})
         s["headroom"] = list(s.get("headroom") or [])
         out.append(BoardScenario(key=key, **s))
@@ -124,8 +129,12 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
           rate: float | None, budget_s: float | None) -> dict:
     """One (scenario, policy, seed) run, in a worker process; failures come back as a message."""
     try:
+        extra: tuple[str, ...] = ()
+        if isinstance(spec, dict) and "overrides" in spec:  # a headroom row that changes the cluster (hindsight eviction)
+            spec = dict(spec)
+            extra = tuple(spec.pop("overrides"))
         cand = _resolve_cached(label, kind, spec if isinstance(spec, str) else tuple(sorted(spec.items())), sc.point)
-        raw = sc.raw(rate)
+        raw = sc.raw(rate, extra)
         out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
