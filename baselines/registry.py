@@ -22,8 +22,22 @@ from typing import Any
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 
-KINDS = {name: p.protocol for name, p in POINTS.items()}  # decision point -> protocol a policy subclasses
-_REGISTRY: dict[str, dict[str, type]] = {k: {} for k in KINDS}
+class _Protocols(Mapping):
+    """Decision point -> the protocol its policies subclass, read from POINTS at each use (so a point added to
+    the table is registrable at once)."""
+
+    def __getitem__(self, kind: str) -> type:
+        return POINTS[kind].protocol
+
+    def __iter__(self):
+        return iter(POINTS)
+
+    def __len__(self) -> int:
+        return len(POINTS)
+
+
+KINDS = _Protocols()
+_REGISTRY: dict[str, dict[str, type]] = {}  # decision point -> name -> class
 _loaded = False
 
 
@@ -36,7 +50,7 @@ def register(kind: str, name: str):
         if not issubclass(cls, KINDS[kind]):
             raise TypeError(f"{cls.__name__} must subclass {KINDS[kind].__name__}")
         cls.name = name
-        _REGISTRY[kind][name] = cls
+        _REGISTRY.setdefault(kind, {})[name] = cls
         return cls
 
     return deco
@@ -60,7 +74,7 @@ def _load_all() -> None:
 def registered(kind: str) -> list[str]:
     """Names of the registered policies of one decision point."""
     _load_all()
-    return sorted(_REGISTRY[kind])
+    return sorted(_REGISTRY.get(kind, {}))
 
 
 def is_external(name: Any) -> bool:
@@ -105,8 +119,8 @@ def policy_class(kind: str, name: str) -> type:
             raise ConfigError(f"policy.{kind}.name: {name} does not subclass {KINDS[kind].__module__}."
                               f"{KINDS[kind].__name__}, the protocol of the {kind} decision point")
         return cls
-    if name not in _REGISTRY[kind]:
-        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; allowed: {', '.join(sorted(_REGISTRY[kind]))}, "
+    if name not in _REGISTRY.get(kind, {}):
+        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; allowed: {', '.join(registered(kind))}, "
                           "or module:Class")
     return _REGISTRY[kind][name]
 

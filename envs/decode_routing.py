@@ -16,7 +16,6 @@ from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
-from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import AdmissionDryRun
@@ -28,7 +27,7 @@ from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
-MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
+MAX_EPISODE_STEPS = POINTS["decode"].max_episode_steps
 ORDERS = ("length", "arrival")
 REWARDS = ("idle", "throughput")
 

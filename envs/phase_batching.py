@@ -16,7 +16,6 @@ from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats
 from pdgym.baselines.shared import PhaseMachine
-from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.sim.config import ConfigError
@@ -25,7 +24,7 @@ from pdgym.envs.sim.policy import Batch, BatchingPolicy
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = POINTS["batching"].env_id  # pdgym/PhaseBatching-v0
-MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
+MAX_EPISODE_STEPS = POINTS["batching"].max_episode_steps
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2
 PHASES = ("prefill", "decode", "mixed")
 MODES = ("phase", "threshold")

@@ -19,7 +19,6 @@ from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.baselines.sbs import SBS
 from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
-from pdgym.envs import MAX_EPISODE_STEPS as _LIMITS
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import DispatchRecorder
@@ -30,7 +29,7 @@ from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
-MAX_EPISODE_STEPS = _LIMITS[ENV_ID]
+MAX_EPISODE_STEPS = POINTS["prefill"].max_episode_steps
 MODES = ("timing", "allocation", "composition")
 CLIP = 5.0
 _LOG256 = math.log1p(256)

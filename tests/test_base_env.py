@@ -7,13 +7,14 @@ import warnings
 
 import gymnasium as gym
 import numpy as np
-import pdgym.envs
+import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
 from gymnasium.utils.env_checker import check_env
 from pdgym.envs.decode_routing import N_GLOBAL, N_WORKER
 from pdgym.envs.decode_routing import AgentPolicy as DecodeAgent
 from pdgym.envs.scenario import trace_splits
 from pdgym.envs.sim import ConfigError, simulate
+from pdgym.envs.sim.points import POINTS
 
 DOWN = ["+faults.down=[{instance: 2, at: 0.0}]", "faults.detect_s=0.0"]  # instance 2 masked throughout
 SMALL = {
@@ -188,9 +189,10 @@ def test_a_split_too_small_for_the_window_warns():
                  overrides=["workload.num_requests=3000"], trace_split="val")
 
 
-@pytest.mark.parametrize("env_id", list(pdgym.envs.ENVS))
+@pytest.mark.parametrize("env_id", [p.env_id for p in POINTS.values()])
 def test_max_episode_steps_is_registered_and_truncates(env_id):
-    assert gym.spec(env_id).max_episode_steps == pdgym.envs.MAX_EPISODE_STEPS[env_id] >= 1000
+    limit = next(p.max_episode_steps for p in POINTS.values() if p.env_id == env_id)
+    assert gym.spec(env_id).max_episode_steps == limit >= 1000
     name = {"pdgym/PrefillDispatch-v0": "prefill", "pdgym/DecodeRouting-v0": "decode",
             "pdgym/PhaseBatching-v0": "phase"}[env_id]
     env = gym.make(env_id, max_episode_steps=5, disable_env_checker=True, **SMALL[name][1])

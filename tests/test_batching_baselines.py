@@ -151,7 +151,7 @@ def test_kv_gate_and_memory_safe_batch_hold_kv():
     star = run(cfg, "eb_star")
     assert mb.req.preemptions.sum() > 20
     assert star.req.preemptions.sum() <= 0.1 * mb.req.preemptions.sum()
-    pol = star.batcher
+    pol = star.policies["batching"]
     assert 50 < pol.batch_size(star.colocated[0].units[0]) < 256
 
 
@@ -200,10 +200,10 @@ def test_eb_star_beats_mb_on_low_bandwidth_and_not_on_b300():
 def test_eb_plus_picks_mb_at_low_load_and_eb_where_eb_wins():
     low = _scenario("rtx_pro_6000", "workload.concurrency=8")
     _, sim = _rps(low, "eb_plus")
-    assert sim.batcher.mode == "mb" and not sim.batcher.switches
+    assert sim.policies["batching"].mode == "mb" and not sim.policies["batching"].switches
     high = _scenario("l40s")
     rps_plus, sim = _rps(high, "eb_plus")
-    assert sim.batcher.switches and sim.batcher.switches[0][1] == "eb"
+    assert sim.policies["batching"].switches and sim.policies["batching"].switches[0][1] == "eb"
     assert rps_plus >= 0.95 * max(_rps(high, "eb_star")[0], _rps(high, "mb")[0])
 
 
@@ -211,6 +211,6 @@ def test_eb_star_learns_theta_from_completions_only():
     cfg = _scenario("h200")
     assert not cfg.oracle
     _, sim = _rps(cfg, "eb_star")
-    pol = sim.batcher
+    pol = sim.policies["batching"]
     assert pol.stats.fitted and 0.01 <= pol.theta <= 0.8
     assert len(sim.completed) - 5 <= pol.stats.n <= len(sim.completed)  # the last ones end the run

@@ -229,7 +229,7 @@ def test_timing_the_router_changes_nothing_it_decides():
         runs.append((sim, SimResult(sim).steps))
     (plain, steps), (timed, _) = runs
     assert np.array_equal(plain.req.finish, timed.req.finish) and np.array_equal(plain.req.worker, timed.req.worker)
-    calls = np.asarray(timed.router.calls)
+    calls = np.asarray(timed.policies["decode"].calls)
     assert 0 < len(calls) <= (steps.kind == PassKind.DECODE).sum()  # one per step with a pool and a free slot
     assert (calls[:, 1] > 0).all() and (np.diff(calls[:, 0]) >= 0).all()
 

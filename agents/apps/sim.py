@@ -22,6 +22,7 @@ from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, simulate
 from pdgym.envs.sim.config import ConfigError, check, check_seed
 from pdgym.envs.sim.metrics import PREFIX_KEYS, atomic_path, check_table_format
+from pdgym.envs.sim.points import POINTS
 from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
@@ -47,8 +48,8 @@ def policy_sets(cfg) -> list[tuple[str, dict]]:
         label = check_label(e.pop("label", f"set{i}"), f"compare[{i}].label")
         check(label not in [lb for lb, _ in out], f"compare[{i}].label",
               f"duplicate label {label!r}; every policy set needs its own")
-        unknown = set(e) - {"prefill", "decode", "batching"}
-        check(not unknown, f"compare[{i}]", f"unknown keys {sorted(unknown)}; allowed: label, prefill, decode, batching")
+        unknown = set(e) - set(POINTS)
+        check(not unknown, f"compare[{i}]", f"unknown keys {sorted(unknown)}; allowed: label, {', '.join(POINTS)}")
         spec = dict(base)
         spec.update(e)
         out.append((label, spec))

@@ -76,7 +76,7 @@ def study(p, seed: int, trace: str | None = None, progress: bool = True) -> pd.D
                      "rps_per_gpu": summary["rps"] / int(gpus), "ttft_mean": summary["ttft_mean"],
                      "tpot_mean": summary["tpot_mean"], "preemptions": int(req.preemptions.sum()),
                      "kv_rejected": int((req.reason == KV_EXHAUSTED).sum()),
-                     "eb_plus_mode": getattr(sim.batcher, "mode", "") if pol == "eb_plus" else ""})
+                     "eb_plus_mode": getattr(sim.policies["batching"], "mode", "") if pol == "eb_plus" else ""})
     t = pd.DataFrame(rows)
     t["kv_exhausted"] = t.preemptions + t.kv_rejected
     t.insert(0, "name", t.setup + t.policy.map({"eb_plus": " EB+", "mb": " MB"}).fillna(""))

@@ -82,7 +82,7 @@ class ColocatedUnit(Stepper):
         req = sim.req
         need = req.load(rid) + 1
         if self.free_slots() <= 0 or self.kv_used + need + (self.n_decoding if decode else 0) > self.kv_cap:
-            raise RuntimeError(f"batching policy {sim.batcher.name}: request {rid} does not fit "
+            raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} does not fit "
                                f"(slots {self.free_slots()}, KV {self.kv_cap - self.kv_used} free, need {need})")
         self.waiting.remove(rid)
         self.prefilling.append(rid)
@@ -146,6 +146,8 @@ class ColocatedUnit(Stepper):
 class ColocatedInstance:
     """One colocated instance; its methods are the engine's transitions for it."""
 
+    HANDLERS = {EventKind.COLOCATED_START: "start_iteration", EventKind.COLOCATED_END: "end_iteration"}
+
     def __init__(self, sim: Host, idx: int, dp: int, slots: int, kv_cap: int, chunk_tokens: int, cost):
         self.sim = sim
         self.idx = idx
@@ -189,7 +191,7 @@ class ColocatedInstance:
         sim = self.sim
         batches = []
         for ui in range(self.dp):
-            b = sim.batcher.next_batch(sim.view, self.idx, ui)
+            b = sim.policies["batching"].next_batch(sim.view, self.idx, ui)
             if sim.paused:  # an agent picks the batch; replay this start afterwards
                 self.wake()
                 return
@@ -218,7 +220,7 @@ class ColocatedInstance:
                 if st == R.WAITING:
                     u.admit(sim, rid, b.decode)
                 elif st != R.PREFILL:
-                    raise RuntimeError(f"batching policy {sim.batcher.name}: request {rid} is not waiting "
+                    raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} is not waiting "
                                        f"or prefilling")
                 rem = int(req.work[rid])
                 take = min(int(take), rem)

@@ -26,6 +26,8 @@ DECODE_PASS = int(PassKind.DECODE)
 class DecodeInstance(Stepper):
     """One decode instance; its methods are the engine's transitions for it."""
 
+    HANDLERS = {EventKind.DECODE_END: "end_step", EventKind.DECODE_START: "start_step"}  # event kind -> method
+
     def __init__(self, sim: Host, idx: int, dp: int, batch_limit: int, kv_cap: int, cost):
         super().__init__()
         self.sim = sim
@@ -83,7 +85,7 @@ class DecodeInstance(Stepper):
             return
         sim = self.sim
         if sim.pool and self.n_batch < self.slots:
-            sim.router.route(sim.view, self.idx)
+            sim.policies["decode"].route(sim.view, self.idx)
             if sim.paused:  # an agent decides the admissions; replay this start afterwards
                 self.wake()
                 return

@@ -31,7 +31,6 @@ from .hardware import load_hardware
 from .models import load_model
 from .observers import Observer, PassStart
 from .points import POINTS
-from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
 from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
@@ -41,6 +40,7 @@ from .workload import make_workload
 
 DEVICE_ARRIVE, KV_READY, TIMER, ARRIVE = (int(k) for k in (
     EventKind.DEVICE_ARRIVE, EventKind.KV_READY, EventKind.TIMER, EventKind.ARRIVE))
+INSTANCE_TYPES = (PrefillInstance, DecodeInstance, ColocatedInstance)  # each declares HANDLERS: its events' methods
 
 
 
@@ -78,17 +78,11 @@ class Simulator:
         self.prefill: list[PrefillInstance] = []
         self.decode: list[DecodeInstance] = []
         self.colocated: list[ColocatedInstance] = []
-        if self.disaggregated:
-            self._build_disaggregated()
-        else:
-            self._build_colocated()
+        getattr(self, f"_build_{cl.topology}")()  # one builder per topology (config: cluster.topology)
         self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
         self._net = cl.net_latency_s
 
-        self.policies = self._resolve_policies(policies or {})
-        self.scheduler: PrefillScheduler = self.policies["prefill"]
-        self.router: DecodeRouter = self.policies["decode"]
-        self.batcher: BatchingPolicy = self.policies["batching"]
+        self.policies = self._resolve_policies(policies or {})  # decision point name -> policy (points.POINTS)
 
         self.now = 0.0
         self.buffer: dict[int, None] = {}
@@ -112,15 +106,12 @@ class Simulator:
         self._healthy: list[int] | None = None
         self.faults = FaultInjector(self)
         self.view = RunView(self)  # what policies and observers are handed
-        handlers = {
-            EventKind.DECODE_END: DecodeInstance.end_step, EventKind.DECODE_START: DecodeInstance.start_step,
-            EventKind.PREFILL_END: PrefillInstance.end_pass, EventKind.PREFILL_START: PrefillInstance.kick,
-            EventKind.COLOCATED_START: ColocatedInstance.start_iteration,
-            EventKind.COLOCATED_END: ColocatedInstance.end_iteration,
-            EventKind.DEVICE_ARRIVE: self._device_arrive, EventKind.KV_READY: self._kv_ready,
-            EventKind.TIMER: self._timer, EventKind.ARRIVE: self._arrive, EventKind.FAULT: self.faults.handle,
-        }
-        self._handlers = [handlers[k] for k in EventKind]  # indexed by the int kind of a heap entry
+        # Instance events carry the instance, so their handlers are the classes' own (unbound) methods, which each
+        # class declares in HANDLERS; the engine's own events and the fault injector's are bound here.
+        handlers = {kind: getattr(cls, meth) for cls in INSTANCE_TYPES for kind, meth in cls.HANDLERS.items()}
+        handlers.update({EventKind.DEVICE_ARRIVE: self._device_arrive, EventKind.KV_READY: self._kv_ready,
+                         EventKind.TIMER: self._timer, EventKind.ARRIVE: self._arrive, EventKind.FAULT: self.faults.handle})
+        self._handlers = [handlers[k] for k in EventKind]  # indexed by the int kind of a heap entry (all kinds handled)
 
     # ------------------------------------------------------------------ construction
     def _build_disaggregated(self) -> None:
@@ -363,7 +354,7 @@ class Simulator:
         """Put a request (new, bounced or preempted) in the scheduler buffer and tell the scheduler."""
         self.req.enter_buffer(rid, self.now)
         self.buffer[rid] = None
-        self.scheduler.on_arrival(self.view, rid)
+        self.policies["prefill"].on_arrival(self.view, rid)
 
     def bounce(self, rid: int) -> None:
         """A request lost by a dead prefill instance goes back to the scheduler, to be recomputed."""
@@ -430,17 +421,14 @@ class Simulator:
     def end_forward(self, inst: int, fwd: float) -> None:
         """EndForward of a prefill pass reaches the scheduler, unless the fault injector drops it."""
         if not self.faults.drop_signal():
-            self.scheduler.on_end_forward(self.view, inst, fwd)
+            self.policies["prefill"].on_end_forward(self.view, inst, fwd)
 
     # ------------------------------------------------------------------ timers
     def _timer(self, owner: str, tag: object) -> None:
         self.policies[owner].on_timer(self.view, tag)
-        if owner == "batching":
-            for C in self.colocated:
-                C.wake()
-        elif owner == "decode" and self.pool:
-            for d in self.decode:
-                d.wake()
+        wake = POINTS[owner].wake  # what the decision point re-checks once its policy's timer fired
+        if wake is not None:
+            wake(self)
 
     # ------------------------------------------------------------------ results
     @property

@@ -14,7 +14,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from .config import SimConfig
-    from .policy import BatchingPolicy, DecodeRouter, PrefillScheduler
     from .requests import RequestTable
     from .view import RunView
 
@@ -30,10 +29,10 @@ class Host(Protocol):
     disaggregated: bool
     fault_rng: np.random.Generator
     view: RunView  # what policies are handed
-    scheduler: PrefillScheduler
-    router: DecodeRouter
-    batcher: BatchingPolicy
+    policies: dict[str, Any]  # decision point name (points.POINTS) -> its policy: sim.policies["decode"].route(...)
     prefill: list
+    decode: list
+    colocated: list
     prefill_healthy: np.ndarray
 
     def push(self, t: float, kind: int, a: Any = None, b: Any = None) -> None: ...

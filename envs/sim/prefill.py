@@ -49,6 +49,8 @@ class PrefixCache:
 class PrefillInstance:
     """One prefill instance; its methods are the engine's transitions for it."""
 
+    HANDLERS = {EventKind.PREFILL_END: "end_pass", EventKind.PREFILL_START: "kick"}  # event kind -> method
+
     def __init__(self, sim: Host, idx: int, dp: int, chunk_tokens: int, cost, cache_entries: int,
                  batch_form_s: float = 0.0, dp_dispatch: str = "least_loaded", blocks: BlockSetup | None = None):
         self.sim = sim
@@ -197,7 +199,7 @@ class PrefillInstance:
             self.depth -= 1
             if sim.prefill_healthy[self.idx]:  # a refusal is a health report: hold, don't bounce again
                 sim.set_healthy(self.idx, False)
-                sim.scheduler.on_topology_change(sim.view)
+                sim.policies["prefill"].on_topology_change(sim.view)
             sim.bounce(rid)
             return
         req.state[rid] = R.PREFILL
