@@ -191,8 +191,13 @@ def _rps(cfg, name):
 
 
 def test_eb_star_beats_mb_on_low_bandwidth_and_not_on_b300():
+    """L40S is out of sample: its interference comes from the bandwidth rule fitted on RTX PRO 6000 and H200
+    (envs/sim/cost.py), so EB*'s gain there is a prediction, bounded by the EB study's +40% halved (the fidelity
+    report's factor-of-2 rule). B300 is *calibrated*, not predicted: its interference is H200's copied
+    (conf/hardware/b300.yaml), and H200's was set from the EB study's H200 crossover, so B300's parity follows
+    from the copy; the check only guards the copy (EB* no more than 2% ahead)."""
     l40s = _scenario("l40s")
-    assert _rps(l40s, "eb_star")[0] > 1.15 * _rps(l40s, "mb")[0]
+    assert _rps(l40s, "eb_star")[0] > 1.2 * _rps(l40s, "mb")[0]
     b300 = _scenario("b300")
     assert _rps(b300, "eb_star")[0] < 1.02 * _rps(b300, "mb")[0]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from pdgym.agents.experiments.pd_ratio import label, study, summarise
@@ -45,3 +46,14 @@ def test_setups_use_the_same_gpus_model_and_load_per_gpu(name, gpus):
     assert used == gpus and sim.hardware["name"] == "rtx_pro_6000" and sim.model["name"] == "qwen3_8b"
     assert sim.workload.concurrency == 256 * gpus
     assert label(name) in ("coloc2", "coloc4", "1P+1D", "1P+3D", "2P+2D", "3P+1D")
+
+
+def test_the_fluid_ceiling_is_the_worst_integer_split_found_by_search():
+    """pd_ratio's upper band end, 1 / (G - 1), against a brute-force search over prefill shares f and splits p
+    (an independent computation of the same bound)."""
+    from pdgym.agents.experiments.pd_ratio import fluid_ceiling
+
+    fs = np.linspace(1e-4, 1 - 1e-4, 4001)
+    for g in (2, 3, 4, 8):
+        served = [max(min(p / f, (g - p) / (1 - f)) / g for p in range(1, g)) for f in fs]
+        assert fluid_ceiling(g) == pytest.approx(1 / min(served) - 1, rel=1e-3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,3 +312,42 @@ def test_committed_report_is_its_committed_evidence_judged(report, tmp_path):
     committed = rows((docs / f"{report}.md").read_text())
     assert len(committed) > 20
     assert rows((tmp_path / "out" / f"{report}.md").read_text()) == committed
+
+
+def test_an_effect_calibrated_to_its_own_source_is_never_a_pass():
+    """conf/fidelity.yaml's `calibrated`: in band it says "calibrated" (agreeing with the figure a parameter was
+    fitted to is no evidence), out of band it still fails; the report lists why each is calibrated."""
+    s = {"g": 0.1}
+    eff = {"repro": "x", "effect": "e", "paper": "p", "value": "g", "band": [0.0, 0.2], "calibrated": "set from it"}
+    assert fidelity.judged(eff, s) == ([0.1], "calibrated")
+    assert fidelity.judged({**eff, "band": [0.5, 1.0]}, s)[1] == "FAIL"
+    assert fidelity.judged({k: v for k, v in eff.items() if k != "calibrated"}, s)[1] == "pass"
+    rows = [{**eff, "values": [0.1], "verdict": "calibrated"}]
+    results = {"x": {"summary": {"regime_causes": {"w N=32": "trace too short: ..."}}, "wall_s": 1.0, "error": None}}
+    text = fidelity.render(rows, results, False, Path("/nonexistent"), Path("/nonexistent"), [])
+    assert "**0 of 1 effects pass**; 1 calibrated to their own source" in text
+    assert "- x, e: set from it" in text and "- x, w N=32: trace too short" in text
+
+
+def test_the_calibrated_effects_are_the_ones_whose_source_set_a_parameter():
+    """eb_hardware's RTX PRO 6000 and H200 gains: their interference values were set from the EB study's
+    crossovers on those GPUs (envs/sim/cost.py); L40S's comes from the bandwidth rule, out of sample."""
+    cal = {(e["repro"], e["value"]) for e in fidelity.spec()["effects"] if e.get("calibrated")}
+    assert cal == {("eb_hardware", "gain.rtx_pro_6000"), ("eb_hardware", "gain.h200")}
+
+
+def test_iqr_band_conclusion_follows_the_numbers():
+    """iqr_band's closing note is computed: which side of each reference IQR's band and throughput fall on."""
+    import pandas as pd
+    from pdgym.agents.experiments.iqr_band import conclusion
+
+    def table(iqr_band, fresh_band, fresh_tput):
+        return pd.DataFrame({"router": ["iqr", "least_kv", "immediate_r1", "immediate_r4"],
+                             "band_tokens": [iqr_band, fresh_band, 10.0, 20.0], "tput": [1.0, fresh_tput, 1.0, 0.9],
+                             "step_ms": [10.0] * 4}).set_index("router")
+
+    stale_only = conclusion(table(15.0, 5.0, 1.0), 4, [1, 4])
+    assert "from report_every=4 on (40 ms" in stale_only and "an effect against stale load reports" in stale_only
+    assert "report_every=1: a band 1.50x the reference's (wider)" in stale_only
+    better = conclusion(table(4.0, 5.0, 0.9), 4, [1, 4])
+    assert "from report_every=1 on" in better and "also beats the router with exact, current KV" in better

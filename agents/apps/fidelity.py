@@ -15,7 +15,8 @@ The evidence goes beside the report: docs/fidelity.md's judged runs are copied t
 `--rejudge --out docs/fidelity` judges the committed data again without running anything.
 
 Verdicts: pass (every value in band, and rising where the effect says so), FAIL (a value out of band),
-not measured (the run's configuration has no such point, e.g. a smaller tiny run),
+calibrated (in band, but the band's source also set a parameter of pdgym: conf/fidelity.yaml's
+`calibrated` says which; not evidence), not measured (the run's configuration has no such point, e.g. a smaller tiny run),
 out of regime (the reproduction flagged a point as out of its regime: the number is not a test of
 the effect), not run (the reproduction failed; its error is in the report).
 """
@@ -131,9 +132,14 @@ def out_of_regime(effect: dict, summary: dict) -> list[str]:
 
 
 def judged(effect: dict, summary: dict) -> tuple[list, str]:
-    """`judge`, then the regime: a measured value at a flagged point is "out of regime" (or "FAIL (out of
-    regime)"), not a test of the effect; a value the run does not have stays "not measured"."""
+    """`judge`, then calibration and the regime: an effect whose band's source also set one of pdgym's
+    parameters (`calibrated: why`) is "calibrated" when in band, never "pass" (agreeing with the figure it was
+    fitted to is no evidence; out of band it still FAILs: the calibration drifted); a measured value at a
+    flagged point is "out of regime" (or "FAIL (out of regime)"), not a test of the effect; a value the run
+    does not have stays "not measured"."""
     vals, verdict = judge(effect, summary)
+    if verdict == "pass" and effect.get("calibrated"):  # in band because a parameter was fitted to this source
+        verdict = "calibrated"
     if verdict != "not measured" and out_of_regime(effect, summary):
         verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
     return vals, verdict
@@ -210,7 +216,9 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
     for d in {evidence} if rejudge else {out_root, evidence}:  # judging runs leaves the runs as they are
         d.mkdir(parents=True, exist_ok=True)
         write_json(d / "fidelity.json", verdicts)
-    print(f"fidelity: {sum(r['verdict'] == 'pass' for r in rows)}/{len(rows)} effects pass; report in {doc}")
+    n_cal = sum(r["verdict"] == "calibrated" for r in rows)
+    print(f"fidelity: {sum(r['verdict'] == 'pass' for r in rows)}/{len(rows)} effects pass"
+          + (f", {n_cal} calibrated to their own source" if n_cal else "") + f"; report in {doc}")
     return verdicts
 
 
@@ -254,6 +262,7 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
     figures = evidence.relative_to(doc_dir) if evidence.is_relative_to(doc_dir) else evidence.resolve()
     n_pass = sum(r["verdict"] == "pass" for r in rows)
     n_oor = sum("out of regime" in r["verdict"] for r in rows)
+    n_cal = sum(r["verdict"] == "calibrated" for r in rows)
     lines = [
         "# Fidelity report: the papers' effects in pdgym",
         "",
@@ -267,12 +276,15 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
         "Each effect: the paper's figure, pdgym's value(s) from the reproduction's summary.json, the band it must "
         f"fall in (the paper's figure within a factor of about 2, {spec_link(doc_dir)}; the direction always), and the "
         "verdict. *out of regime*: the reproduction flagged a point (load, occupancy) outside the regime the "
-        "effect is claimed for, so the value is not a test of it. Each run's summary.json and figures are in "
+        "effect is claimed for, so the value is not a test of it. *calibrated*: in band, but a parameter of pdgym "
+        "was set from the same source (listed below the table), so agreeing with it is no evidence. Each run's "
+        "summary.json and figures are in "
         f"[{figures}/]({figures}/) (`--rejudge --out` that folder judges them again).",
         "",
         f"**{n_pass} of {len(rows)} effects pass**"
-        + (f"; {n_oor} out of regime (not tests of their effect), {len(rows) - n_pass - n_oor} fail or were not "
-           "measured in regime." if n_oor else "."),
+        + (f"; {n_cal} calibrated to their own source (not tests)" if n_cal else "")
+        + (f"; {n_oor} out of regime (not tests of their effect), {len(rows) - n_pass - n_cal - n_oor} fail or were "
+           "not measured in regime." if n_oor else "."),
         "",
         "| reproduction | effect | paper | pdgym | band | verdict | figure |",
         "|---|---|---|---|---|---|---|",
@@ -286,6 +298,10 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
             fig = f"[{fig}]({figures}/{r['repro']}/{fig})"
         lines.append(f"| {r['repro']} | {r['effect']} | {r['paper']} | {fmt(r['values'])} | {band} | "
                      f"{r['verdict']} | {fig} |")
+    cal = [r for r in rows if r.get("calibrated")]
+    if cal:
+        lines += ["", "Calibrated to their own source:", ""]
+        lines += [f"- {r['repro']}, {r['effect']}: {r['calibrated']}" for r in cal]
     lines += ["", "## Runs", "", "| reproduction | commit | wall time (s) | regime | status |", "|---|---|---|---|---|"]
     for name, r in results.items():
         s = r["summary"] or {}
@@ -294,6 +310,11 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
         status = "ok" if r["error"] is None else f"error: {r['error'].splitlines()[-1][:200]}"
         regime = "in regime" if reg.get("in_regime", True) else flags
         lines.append(f"| {name} | `{r.get('commit', 'unknown')}` | {r['wall_s']:.0f} | {regime} | {status} |")
+    causes = [(name, k, v) for name, r in results.items() for k, v in ((r["summary"] or {}).get("regime_causes")
+                                                                       or {}).items()]
+    if causes:  # what a reproduction says keeps its points out of regime (trace too short, prefill bound, ...)
+        lines += ["", "What keeps points out of regime, as the reproductions name it:", ""]
+        lines += [f"- {name}, {k}: {v}" for name, k, v in causes]
     return "\n".join(lines) + "\n"
 
 

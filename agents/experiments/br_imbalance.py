@@ -19,7 +19,9 @@ at least `feed_margin` x the arrival rate (summary `prefill_instances`). Capacit
 together (`measure.saturated`): where the prefill is grown, the burst runs again with it, until no instance
 is added (at most `calibration_rounds` bursts), since a burst that cannot keep the slots full under-reads the
 capacity. A calibration that did not reach its fixed point, a burst with too few full steps, or a tier whose
-pool still empties, is flagged out of regime.
+pool still empties, is flagged out of regime, and summary `regime_causes` (results.md, the fidelity report) names
+why in numbers: "prefill bound at P instances", "trace too short: R rows arrive in T s ... for S decode slots",
+or a pool that still empties at the calibrated rate.
 
 Two regimes (see the scenario files): the Azure conversation tier (mean prompt 1.2K) is KV-light, the KV
 read is about 30% of a decode step, so even a large cut in imbalance moves throughput by a few percent;
@@ -94,13 +96,14 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
     """Every router on every N and seed for one workload (every router replays each seed's traffic); returns
     the per-seed table and the summary fields (seed means, plus BR-0's per-seed ratios).
     `per_worker` > 0: replay max(base requests, per_worker x N) requests, the same count per worker."""
-    rows, traces = [], {}
+    rows, traces, setup = [], {}, {}
     specs = routers(p)
     for n in p.N:
         reqs = max(int(base.workload.num_requests), per_worker * int(n)) if per_worker else None
         cfg = tier(base, n=int(n), num_requests=reqs, scale_prefill=bool(p.scale_prefill))
         cfg, calib = saturated(cfg, float(p.load), float(p.feed_margin), seeds[0], int(p.calibration_rounds))
         cap = calib.decode_rps
+        setup[int(n)] = (cfg, calib)
         exp.regime(f"{tag} N={n} calibration", "share of full decode steps in the capacity burst", calib.full_share,
                    lo=0.1, note="(a part-empty tier's capacity reads low)")
         exp.regime(f"{tag} N={n} calibration", "prefill fixed point reached (1 = yes)", float(calib.converged), lo=1,
@@ -124,12 +127,40 @@ def compare(base, p, seeds: list[int], tag: str, exp: Experiment, per_worker: in
                    hi=float(p.regime_max_empty_pool), note="(not saturated: nothing left to choose from)")
     fields = summarise(means, p)
     fields.update(per_seed(table, fields))
+    fields["regime_causes"] = {f"{tag} N={n}": c for n, (cfg, calib) in setup.items()
+                               if (c := regime_cause(cfg, calib, means[means["N"] == n], p))}
     if traces:  # trace_n is one of the N measured
         plot_traces(traces, exp.figure(f"kv_traces_{tag}.png"), f"{tag}, N = {p.trace_n}")
     plot_groups(means, "imbalance", "mean KV imbalance, max - min (tokens)", exp.figure(f"imbalance_vs_n_{tag}.png"))
     plot_groups(means, "tput", "decode throughput", exp.figure(f"throughput_{tag}.png"),
                 relative=True)
     return table, fields
+
+
+def regime_cause(cfg, calib, means: pd.DataFrame, p) -> str:
+    """What stops one N from reaching its regime, in words with its numbers ("" when it is in regime): a prefill
+    calibration that did not reach its fixed point (prefill bound); a burst of every request at once that kept
+    the tier full on under 10% of its steps, or a pool that empties at a rate above capacity with the prefill at
+    its fixed point (a queue fed faster than it is served empties only while the tier ramps up or after the
+    arrivals stop: the trace is too short); else the load itself (at or below capacity)."""
+    br0 = means[means.router == "br0"]
+    empty = float(br0.empty_pool_frac.iloc[0]) if len(br0) else float("nan")
+    dec = cfg.cluster.decode
+    slots = dec.count * dec.dp * dec.batch_limit
+    n_req, rate, prefill = int(cfg.workload.num_requests), float(p.load) * calib.decode_rps, cfg.cluster.prefill.count
+    arrive = f"{n_req} rows arrive in {n_req / rate:.1f} s at {rate:.4g} req/s for {slots} decode slots"
+    if not calib.converged:
+        return (f"prefill bound at {prefill} instances: the calibration still grew the prefill after {calib.bursts} "
+                f"bursts (at most load x feed_margin per burst); {arrive}")
+    if calib.full_share < 0.1:
+        return (f"trace too short: {arrive}; even arriving at once they kept the tier full on "
+                f"{calib.full_share:.0%} of the burst's steps")
+    if empty <= float(p.regime_max_empty_pool):
+        return ""
+    if float(p.load) > 1:
+        return (f"trace too short: {arrive} ({p.load} x capacity, prefill at its fixed point of {prefill} instances), "
+                f"yet the pool is empty on {empty:.0%} of BR-0's loaded steps: the run is a ramp and a drain")
+    return f"load {p.load} x capacity leaves the pool empty on {empty:.0%} of BR-0's loaded steps; {arrive}"
 
 
 def seed_means(table: pd.DataFrame) -> pd.DataFrame:
@@ -283,12 +314,16 @@ def run(exp: Experiment) -> dict:
         sw = pd.concat(sweeps, ignore_index=True)
         exp.csv(sw, "sweep.csv")
         md += ["", "## Parameter sweeps", "", sw.to_markdown(index=False, floatfmt=".4g")]
+    causes = {k: v for f in fields.values() for k, v in f.get("regime_causes", {}).items()}
+    if causes:
+        md += ["", "## What keeps points out of regime", "", *[f"- {k}: {v}" for k, v in causes.items()]]
     exp.table(table, "\n".join(md))
     main_tag = sets[0][0]
     summary = dict(fields[main_tag])
     for tag, f in fields.items():
         if tag != main_tag:
             summary[tag] = f
+    summary["regime_causes"] = causes  # every workload's, flat: the fidelity report's Runs table names them
     summary["window"] = {"start_quantile": float(p.window_start), "load": float(p.load),
                          "num_requests": n_eval, "heavy_tail_requests": int(p.heavy_tail_requests),
                          "heavy_tail_per_worker": int(p.heavy_tail_per_worker)}

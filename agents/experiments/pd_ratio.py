@@ -83,19 +83,29 @@ def study(p, seed: int, trace: str | None = None, progress: bool = True) -> pd.D
     return t
 
 
+def fluid_ceiling(gpus: int) -> float:
+    """The most a fluid colocated engine (each GPU splits its time between the phases at will, no interference)
+    gains per GPU over the best integer P:D split of the same `gpus`, over every length mix: with f the mix's
+    prefill share of GPU time, the best split serves max_p min(p / f, (G - p) / (1 - f)) / G of the fluid rate,
+    lowest as f -> 0 or 1 (one GPU must serve the phase with no work): (G - 1) / G, a gain of 1 / (G - 1)."""
+    return 1.0 / (int(gpus) - 1)
+
+
 def summarise(t: pd.DataFrame) -> dict:
-    """best_pd, eb_plus_vs_best_pd and decode_kv_exhausted from the study table."""
+    """best_pd, eb_plus_vs_best_pd (with the fluid ceiling of its GPU count) and decode_kv_exhausted."""
     mixes = list(dict.fromkeys(t.mix))
     dis = t[t.policy == "disaggregated"]
-    best_pd, vs_best = {}, {}
+    best_pd, vs_best, ceiling = {}, {}, {}
     for mix in mixes:
         d = dis[dis.mix == mix]
         best = d.loc[d.rps_per_gpu.idxmax()]
         best_pd[mix] = best.setup
         plus = t[(t.mix == mix) & (t.policy == "eb_plus") & (t.gpus == best.gpus)]
         vs_best[mix] = float(plus.rps_per_gpu.iloc[0] / best.rps_per_gpu - 1) if len(plus) else float("nan")
+        ceiling[mix] = fluid_ceiling(best.gpus)
     exhausted = {n: {m: int(g[g.mix == m].kv_exhausted.sum()) for m in mixes} for n, g in t.groupby("name", sort=False)}
-    return {"mixes": mixes, "best_pd": best_pd, "eb_plus_vs_best_pd": vs_best, "decode_kv_exhausted": exhausted}
+    return {"mixes": mixes, "best_pd": best_pd, "eb_plus_vs_best_pd": vs_best, "fluid_ceiling": ceiling,
+            "decode_kv_exhausted": exhausted}
 
 
 @experiment
@@ -110,7 +120,8 @@ def run(exp: Experiment) -> dict:
         "KV-exhaustion events (preemptions + kv_exhausted rejections):\n\n" + kvw.to_markdown(),
         "best P:D per mix: " + ", ".join(f"{m}: {s}" for m, s in summary["best_pd"].items()),
         "EB+ vs the best P:D (same GPUs, requests/s): " + ", ".join(
-            f"{m}: {v:+.1%}" for m, v in summary["eb_plus_vs_best_pd"].items()),
+            f"{m}: {v:+.1%} (fluid ceiling {summary['fluid_ceiling'][m]:+.0%})"
+            for m, v in summary["eb_plus_vs_best_pd"].items()),
         "all runs:\n\n" + t.to_markdown(index=False)]))
     grouped_bars(wide, "requests/s per GPU", exp.figure("rps_per_gpu.png"), best=summary["best_pd"])
     grouped_bars(kvw, "KV-exhaustion events", exp.figure("kv_exhausted.png"))
