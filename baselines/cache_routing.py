@@ -78,6 +78,20 @@ class UnitDispatch(ImmediateDispatch):
         P = sim.prefill[inst]
         return P.queued_tokens + P.inflight_tokens
 
+    def argmin_unit(self, sim, rid: int, healthy: list[int], keys) -> tuple[int, int]:
+        """The (instance, unit) whose key is least: `keys(i, instance, hits, host, backlog)` gives one tuple per
+        unit of instance i; ties go to a rotating instance, then the lower unit."""
+        best, n = None, len(healthy)
+        for i in healthy:
+            P = sim.prefill[i]
+            hits, host = P.cache_hits(rid)
+            for d, k in enumerate(keys(i, P, hits, host, self.backlog(sim, i))):
+                key = (*k, (i - self._turn) % n, d)
+                if best is None or key < best[0]:
+                    best = (key, i, d)
+        self._turn += 1
+        return best[1], best[2]
+
     def least_tokens(self, sim, healthy: list[int]) -> tuple[int, int]:
         best = None
         for i in healthy:
@@ -99,23 +113,16 @@ class CacheTTFT(UnitDispatch):
     """Mooncake Conductor: the unit with the lowest estimated TTFT (queue + uncached prefill + host load)."""
 
     def choose_unit(self, sim, rid: int, healthy: list[int]) -> tuple[int, int]:
-        now = sim.now
-        work = int(sim.req.work[rid])
-        best, n = None, len(healthy)
-        for i in healthy:
-            P = sim.prefill[i]
+        now, work = sim.now, int(sim.req.work[rid])
+
+        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
             t_pass, chunk = self.t_pass(sim, i), P.chunk_tokens
             wait = max(P.pass_end - now, 0.0) if P.busy else 0.0
-            hits, host = P.cache_hits(rid)
             s_tok = P.blocks.host_s_per_token if P.blocks is not None else 0.0
-            back = self.backlog(sim, i)
-            for d in range(P.dp):
-                est = wait + (int(back[d]) + work - hits[d]) / chunk * t_pass + host[d] * s_tok
-                key = (est, -hits[d], (i - self._turn) % n, d)
-                if best is None or key < best[0]:
-                    best = (key, i, d)
-        self._turn += 1
-        return best[1], best[2]
+            return [(wait + (int(back[d]) + work - hits[d]) / chunk * t_pass + host[d] * s_tok, -hits[d])
+                    for d in range(P.dp)]
+
+        return self.argmin_unit(sim, rid, healthy, keys)
 
 
 @register("prefill", "dynamo_kv")
@@ -126,21 +133,12 @@ class DynamoKV(UnitDispatch):
         self.overlap_weight = check_float(overlap_weight, "policy.prefill.overlap_weight", 0.0, 1e6)
 
     def choose_unit(self, sim, rid: int, healthy: list[int]) -> tuple[int, int]:
-        work = int(sim.req.work[rid])
-        bt = sim.block_tokens or 512
-        best, n = None, len(healthy)
-        for i in healthy:
-            P = sim.prefill[i]
-            hits, _ = P.cache_hits(rid)
-            back = self.backlog(sim, i)
-            for d in range(P.dp):
-                prefill_blocks = (int(back[d]) + work - hits[d]) / bt
-                active_blocks = (int(back[d]) + work) / bt
-                key = (self.overlap_weight * prefill_blocks + active_blocks, (i - self._turn) % n, d)
-                if best is None or key < best[0]:
-                    best = (key, i, d)
-        self._turn += 1
-        return best[1], best[2]
+        work, bt, w = int(sim.req.work[rid]), sim.block_tokens or 512, self.overlap_weight
+
+        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
+            return [(w * (int(back[d]) + work - hits[d]) / bt + (int(back[d]) + work) / bt,) for d in range(P.dp)]
+
+        return self.argmin_unit(sim, rid, healthy, keys)
 
 
 @register("prefill", "sglang_cache")
