@@ -19,6 +19,10 @@ prefill units' prefix-block caches (envs/sim/prefix_cache.py) or its own record 
   events carry the dp rank) minimising overlap_weight x prefill blocks + active blocks, with weight
   1 and temperature 0 (argmin); prefill blocks = the unit's queued tokens plus the prompt's uncached
   tokens, active blocks = the unit's queued tokens plus the prompt, in blocks, from the true caches.
+- `preble_e2`  Preble's E2 (Srivatsa et al., ICLR'25, s4): exploit when some unit's cached prefix is longer
+  than the prompt's missing part (the unit with the longest hit, ties least loaded), else explore: the
+  unit of least cost L + M + P, L its outstanding prefill tokens (Preble's load over a recent window), M the
+  tokens its cache must evict to take the prompt's new blocks, P the prompt's uncached tokens there.
 - `prefix_hash`  session affinity: rendezvous hashing of the first `prefix_blocks` block hashes over the
   healthy (instance, unit) pairs (consistent: a failed instance only moves its own keys). On the
   Mooncake trace every prompt starts with the same block, so one block would send all to one unit.
@@ -198,6 +202,31 @@ class SGLangCacheAware(UnitDispatch):
         cap = max(self.max_tree_tokens // max(block_tokens, 1), 1)
         while len(tree) > cap:
             tree.popitem(last=False)
+
+
+@register("prefill", "preble_e2")
+class PrebleE2(UnitDispatch):
+    """Preble's E2: exploit a long cached prefix, else explore by load + eviction + prefill cost."""
+
+    def choose_unit(self, sim, rid: int, healthy: list[int]) -> tuple[int, int]:
+        work = int(sim.req.work[rid])
+        hit_max = max(max(sim.prefill[i].cache_hits(rid)[0]) for i in healthy)
+        bt = sim.block_tokens or 512
+        n_blocks = -(-work // bt)
+
+        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
+            load = P.load_tokens()
+            if hit_max > work - hit_max:  # exploit: the cached part outweighs what is missing
+                return [(-hits[d], int(load[d])) for d in range(P.dp)]
+            out = []
+            for d in range(P.dp):
+                free = P.bcaches[d].hbm.capacity - len(P.bcaches[d].hbm) if P.bcaches is not None else n_blocks
+                new_blocks = n_blocks - hits[d] // bt
+                evict = max(new_blocks - free, 0) * bt
+                out.append((int(load[d]) + evict + work - hits[d],))
+            return out
+
+        return self.argmin_unit(sim, rid, healthy, keys)
 
 
 @register("prefill", "prefix_hash")
