@@ -35,6 +35,7 @@ from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, check_table_format, write_json, write_table
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS as DECISION_POINTS
+from pdgym.envs.sim.validation import check_bool
 
 POINTS = tuple(DECISION_POINTS)  # prefill, decode, batching (envs/sim/points.py)
 EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment", "batch_mean", "pool_mean", "pool_empty_frac")
@@ -572,6 +573,9 @@ def check_policy_given(value) -> None:
     """`policy=` names the policy under test (pdgym-eval, pdgym-enjoy): it must be given."""
     if value in (None, "???", ""):
         raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+    if not (isinstance(value, str) or (isinstance(value, dict) and isinstance(value.get("name"), str))):
+        raise ConfigError(f"policy: got {value!r}; give a baseline name, {{name: NAME, KEY: VALUE}} or a run folder "
+                          "/ model zip")
 
 
 def check_no_seed(data: dict, instead: str) -> None:
@@ -595,6 +599,7 @@ def checked(data: dict) -> tuple:
     the policies at the other points)."""
     check_policy_given(data.get("eval_policy"))
     check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
+    check_bool(data.get("progress"), "progress")
     seeds = data.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds):
@@ -638,11 +643,16 @@ def validate(cfg) -> None:
     Simulator(sim_config_from(raw), make_policies(others), seed=seed)
 
 
+# Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/common.refuse_unused).
+UNUSED = {"compare": "pdgym-eval runs one policy: compare several with pdgym-leaderboard (or pdgym-sim compare=)",
+          "trace": "pdgym-eval writes no trace: pdgym-sim trace=true does", "plots": "pdgym-eval draws no plots"}
+
+
 def main(argv: list[str] | None = None) -> None:
     """pdgym-eval: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv)(_app)(argv)
+    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
 
 
 if __name__ == "__main__":

@@ -246,11 +246,23 @@ def _check(cfg) -> None:
         resume_point(app, data, out)
 
 
+def unused_keys() -> dict[str, str]:
+    """Root-config keys pdgym-train composes but never reads (the env's scenario is composed anew from env.scenario
+    and env.overrides), each with what to use instead: refused, not dropped."""
+    from pdgym.agents.common import SIM_KEYS
+
+    traffic = "the env's scenario sets the training traffic: scenario=NAME, and env.overrides=[KEY=VALUE,...] to change it"
+    return {**{k: traffic for k in (*SIM_KEYS, "memory_limit_gb")},
+            "policy": "the baselines at the other decision points are env.policies (env.policies.prefill=NAME)",
+            "compare": "policy sets head to head are pdgym-sim's", "plots": "pdgym-train always draws curves.png",
+            "tables": "pdgym-train writes no request tables", "trace": "pdgym-train writes no trace"}
+
+
 def main(argv: list[str] | None = None) -> float | None:
     """pdgym-train: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    return hydra_cli("pdgym-train", "train", validate=_check)(_task)(argv)
+    return hydra_cli("pdgym-train", "train", validate=_check, unused=unused_keys())(_task)(argv)
 
 
 if __name__ == "__main__":
