@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def resume_point(app: TrainSchema, data: dict, out: Path) -> Path | None:
             raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
         return p
     meta_path, ckpts = out / E.AGENT_META, M.checkpoints(out / "checkpoints")
-    old = json.loads(meta_path.read_text()).get("identity") if meta_path.is_file() else None
+    old = E.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
     if old is None and ckpts:
         raise ConfigError(f"resume: {out} holds checkpoints but no recorded configuration (an older pdgym run); "
                           "give another name= or resume=never to start over")
