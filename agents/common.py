@@ -337,12 +337,21 @@ def compose_checked(app: str, config_name: str, overrides: list[str], job_name: 
         with initialize_config_module("pdgym.conf", job_name=job_name, version_base=None):
             cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
+        job = copy.copy(cfg)
+        with open_dict(job):
+            del job["hydra"]
+        OmegaConf.to_container(job, resolve=True)  # every interpolation resolves (${nonexistent}, ${oc.env:NO_SUCH})
         if not keep_hydra:
             with open_dict(cfg):
                 del cfg["hydra"]
         return cfg
     except (HydraException, OmegaConfBaseException) as exc:
         fail(app, hydra_error_line(exc, overrides, config_name))
+    except ValueError as exc:  # Hydra's own checks of the defaults list (a config group set to null)
+        culprit = next((o for o in overrides if o.split("=", 1)[-1] == "null" and group_options(o.split("=")[0])),
+                       "config")
+        fail(app, f"{culprit}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; pick one of: "
+                  f"{', '.join(group_options(culprit.split('=')[0]))}")
 
 
 def validated(app: str, validate: Callable[[DictConfig], Any] | None, cfg: DictConfig, where: str = "") -> None:
@@ -515,12 +524,24 @@ def _sweep_jobs_checked(app: str, config_name: str, overrides: list[str]) -> lis
         fail(app, hydra_error_line(exc, overrides, config_name))
 
 
+def refuse_unused(overrides: list[str], app: str, unused: dict[str, str]) -> None:
+    """Fail with one line if an override sets a key the app composes but never reads (`unused`: top-level key or
+    group -> what to use instead): it would be dropped without a word."""
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        top = re.split(r"[./]", key, maxsplit=1)[0]
+        if top in unused:
+            fail(app, f"{key}: not used by {app}; {unused[top]}")
+
+
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
-              rewrite_argv: Callable[[list[str]], list[str]] | None = None) -> Callable:
+              rewrite_argv: Callable[[list[str]], list[str]] | None = None,
+              unused: dict[str, str] | None = None) -> Callable:
     """Decorator: the task function `fn(cfg)` becomes `main(argv=None)`, the app's entry point.
 
-    Before Hydra runs: app `--help`; `check_group_choices`; the config is composed and `validate(cfg)`
-    run (every job of a basic multirun) -- any failure is one line, exit 2, and no run folder. Then
+    Before Hydra runs: app `--help`; keys the app never reads (`unused`) refused; `check_group_choices`; the
+    config is composed (every interpolation resolved) and `validate(cfg)` run (every job of a basic multirun);
+    the run or sweep folder claimed (agents/run_folder.py) -- any failure is one line, exit 2, and no folder. Then
     Hydra runs `fn` in its run directory with `one_line_errors`. The task is looked up by import so
     launchers that run jobs in other processes pickle it by reference.
     """
@@ -543,6 +564,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             if any(f in ("--help", "-h") for f in flags):
                 print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
                 raise SystemExit(0)
+            refuse_unused(overrides, app, unused or {})
             check_group_choices(overrides, app)
             check_plugin_choices(overrides, app)
             multirun = any(f in ("-m", "--multirun") for f in flags)

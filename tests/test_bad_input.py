@@ -68,6 +68,19 @@ SIM = [
     (["plots=maybe"], "plots"), (["memory_limit_gb=0"], "memory_limit_gb"), (["tables=xlsx"], "tables"),
     (["workload.trace=/no/such.csv"], "workload.trace"), (["workload.trace=nope"], "workload.trace"),
     (["cost.kind=magic"], "cost.kind"), (["slo.ttft_s=0"], "slo.ttft_s"),
+    # infinities where infinity means nothing (each ran to exit 0 with most requests rejected), NaN anywhere
+    (["cluster.net_latency_s=inf"], "cluster.net_latency_s: got inf; must be finite"),
+    (["cluster.kv_transfer_base_s=inf"], "cluster.kv_transfer_base_s"), (["slo.ttft_s=inf"], "slo.ttft_s"),
+    (["workload.cv=-1"], "workload.cv"), (["workload.cv=nan"], "workload.cv"), (["workload.cv=inf"], "workload.cv"),
+    (["workload.prompt.cv=nan"], "workload.prompt.cv"), (["cluster.prefill.mem_util=nan"], "mem_util"),
+    # structures of the wrong kind (TypeError / AttributeError tracebacks)
+    (["workload.phases=5"], "workload.phases: got 5; must be a list"), (["faults.down=5"], "faults.down"),
+    (["faults.scale=3"], "faults.scale"), (["faults=null"], "faults: got null"), (["faults=3"], "faults"),
+    (["workload.prompt=null"], "workload.prompt"), (["cluster=null"], "cluster=null"),
+    (["cost.params=[1]"], "cost.params"),
+    # interpolations that do not resolve (an InterpolationKeyError traceback)
+    (["workload.rate=${nonexistent}"], "workload.rate"), (["workload.rate=${oc.env:NO_SUCH_PDGYM_VAR}"], "NO_SUCH"),
+    (["+x=${nonexistent}"], "x: Interpolation key"), (["hydra.mode=MULTIRUN"], "hydra.mode"),
 ]
 REPRO = [
     (["no_such_repro"], "md1_check"), ([], "usage"), (["seed=3"], "usage"),
@@ -139,6 +152,27 @@ OTHERS = [
     # a change at the tested policy's own point would be dropped silently: refused, with the way to say it
     ("pdgym-eval", ["policy=sbs", "scenario=ds_v3_h800_3p1d", "+policy.prefill.compose=length"],
      "policy={name: sbs, KEY: VALUE}"),
+    # keys the app composes but never reads: refused, not dropped
+    ("pdgym-train", ["workload.rate=3"], "not used by pdgym-train"),
+    ("pdgym-train", ["cluster.decode.count=3"], "cluster.decode.count: not used"),
+    ("pdgym-train", ["compare=[]"], "compare: not used"), ("pdgym-train", ["policy/prefill=jsq"], "policy/prefill"),
+    ("pdgym-train", ["hardware=h100"], "hardware: not used"), ("pdgym-train", ["trace=true"], "trace: not used"),
+    ("pdgym-eval", ["policy=jsq", "compare=[]"], "compare: not used"),
+    ("pdgym-eval", ["policy=jsq", "trace=true"], "trace: not used"), ("pdgym-eval", ["policy=jsq", "plots=false"], "plots"),
+    ("pdgym-enjoy", ["policy=br0", "tables=parquet"], "tables: not used"),
+    ("pdgym-enjoy", ["policy=br0", "compare=[]"], "compare: not used"), ("pdgym-enjoy", ["policy=br0", "trace=true"], "trace"),
+    # training settings out of range (each trained to exit 0), structures of the wrong kind
+    ("pdgym-train", ["eval.freq=-1"], "eval.freq"), ("pdgym-train", ["eval.seeds=[]"], "eval.seeds"),
+    ("pdgym-train", ["normalize.gamma=2"], "normalize.gamma"), ("pdgym-train", ["normalize.gamma=0"], "normalize.gamma"),
+    ("pdgym-train", ["normalize.clip_obs=-1"], "normalize.clip_obs"),
+    ("pdgym-train", ["normalize.clip_obs=inf"], "normalize.clip_obs"),
+    ("pdgym-train", ["agent.net_arch=[-1]"], "agent.net_arch"), ("pdgym-train", ["agent.net_arch=[64,0]"], "agent.net_arch"),
+    ("pdgym-train", ["agent.net_arch=[a]"], "agent.net_arch"), ("pdgym-train", ["progress=maybe"], "progress"),
+    ("pdgym-train", ["name=${nonexistent}"], "name"),
+    ("pdgym-eval", ["policy=[1,2]"], "policy: got [1, 2]"), ("pdgym-eval", ["policy={a: 1}"], "policy: got"),
+    ("pdgym-enjoy", ["policy=[1]", "scenario=decode_tier_n16"], "policy: got [1]"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "progress=maybe"], "progress: got 'maybe'"),
+    ("pdgym-eval", ["policy=br0", "seeds=${oc.env:NO_SUCH_PDGYM_VAR}"], "seeds"),
     ("pdgym-leaderboard", ["split=holdout"], "split"), ("pdgym-leaderboard", ["agents=[/nonexistent/run]"], "agents"),
     ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),
     ("pdgym-leaderboard", ["metrics=[bogus]"], "bogus"), ("pdgym-leaderboard", ["n_jobs=0"], "n_jobs"),
@@ -294,3 +328,19 @@ def test_experimental_rerun_is_refused_and_unpickles_nothing(app, form, tmp_path
     assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"{app}: error: "), err
     assert not marker.exists(), "the pickle ran"
     assert os.listdir(cwd) == [], "a refused flag created files"
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"cluster": None}, "cluster"), ({"faults": 3}, "faults"), ({"workload": None}, "workload"),
+    ({"slo": {"ttft_s": 1}}, "slo"),
+])
+def test_simulate_with_a_section_of_the_wrong_kind_is_one_line(kwargs, key):
+    """simulate() on a SimConfig built in Python: a section that is not its dataclass is a ConfigError naming it
+    (cluster=None was an AttributeError traceback)."""
+    from pdgym.baselines import make_policies
+    from pdgym.envs.sim import simulate
+    from pdgym.envs.sim.config import ConfigError, SimConfig
+
+    with pytest.raises(ConfigError) as e:
+        simulate(SimConfig(**kwargs), make_policies({}), seed=0)
+    assert str(e.value).startswith(f"{key}: ") and "\n" not in str(e.value)

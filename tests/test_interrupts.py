@@ -105,3 +105,30 @@ def test_repro_interrupted_keeps_the_previous_run_whole(tmp_path):
     assert not partial.exists()  # the interrupted run's files are gone
     assert (prev / "summary.json").read_text() == '{"previous": true}\n'  # the last complete run stands
     assert not (tmp_path / "runs/repro/md1_check.previous").exists()
+
+
+# Ctrl-C while an app starts (imports, composing, validating: seconds before its run): one line, exit 130, no
+# traceback and no "Exception ignored" block (it was 32-42 lines), and no run folder claiming a run.
+STARTUP = {"pdgym-sim": [*LONG], "pdgym-eval": ["policy=br0", "scenario=decode_tier_n16", "progress=false"],
+           "pdgym-train": ["total_timesteps=100000", "progress=false", "wandb.mode=disabled"],
+           "pdgym-repro": ["md1_check"]}
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.6, 1.2])
+@pytest.mark.parametrize("app", sorted(STARTUP))
+def test_ctrl_c_during_start_up_is_one_line_exit_130(app, delay, tmp_path):
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as _interrupt: let the child see SIGINT
+    out = tmp_path / "run"
+    where = [] if app == "pdgym-repro" else [f"hydra.run.dir={out}"]
+    p = subprocess.Popen([str(BIN / app), *STARTUP[app], *where], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip() and "it/s]" not in ln]
+    assert p.returncode == 130, err
+    assert len(lines) == 1 and lines[0].startswith(f"{app}: error: interrupted"), err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    for name in ("metrics.json", "summary.json", "agent.json", "config.yaml"):
+        assert not (out / name).exists()

@@ -31,7 +31,7 @@ def _run(app: str, argv: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int
     monkeypatch.chdir(cwd)
     module, base = VALID.get(app, (None, []))
     main = importlib.import_module(module or {"pdgym-repro": "pdgym.agents.apps.repro",
-                                              "pdgym-leaderboard": "pdgym.agents.evaluation.leaderboard"}[app]).main
+                                              "pdgym-leaderboard": "pdgym.agents.apps.leaderboard"}[app]).main
     with pytest.raises(SystemExit) as exc:
         main([*base, *argv])
     err = capsys.readouterr().err

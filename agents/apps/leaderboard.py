@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
@@ -137,19 +138,39 @@ def check_config(cfg: dict) -> dict:
     for sc in scenarios:  # compose each scenario once: a bad override fails here, before any run
         sc.raw()
         E.check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
+        check_candidates(sc)
+    for a in cfg.get("agents") or []:  # a broken agent fails the board here, not inside it
+        try:
+            E.load_agent(str(a["path"]))
+        except (ConfigError, FileNotFoundError) as exc:
+            raise ConfigError(f"agents.{a['label']}.path: {exc}") from None
+    latest = Path(str(cfg.get("out_dir"))) / "latest"
+    if os.path.lexists(latest) and not latest.is_symlink():
+        raise ConfigError(f"out_dir: {latest} exists and is not the board's link; pdgym will not replace it: move it "
+                          "or give another out_dir")
     return {"seeds": seeds, "scenarios": scenarios}
 
 
-def board_dir(out: Path) -> Path:
-    """A new dated directory under `out` (never an existing one)."""
+def check_candidates(sc: BoardScenario) -> None:
+    """Every baseline and headroom row of a scenario names a policy of its decision point (`baselines=[nope]` ran
+    to a board that noted the failure inside it, exit 0); their parameters are checked by each run."""
+    for label, kind, spec in _candidates(sc, []):
+        try:
+            E.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
+        except ConfigError as exc:
+            where = "baselines" if kind == "baseline" else "headroom"
+            raise ConfigError(f"scenarios.{sc.key}.{where}: {str(exc).removeprefix('policy: ')}") from None
+
+
+def board_dir(out: Path) -> run_folder.RunFolder:
+    """A new dated directory under `out` (never an existing one), claimed (agents/run_folder.py)."""
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     d = out / stamp
     k = 1
-    while d.exists():
+    while os.path.lexists(d):
         d = out / f"{stamp}_{k}"
         k += 1
-    d.mkdir(parents=True)
-    return d
+    return run_folder.claim(d, "out_dir", "pdgym-leaderboard")
 
 
 def point_latest(out: Path, target: Path) -> None:
@@ -199,7 +220,23 @@ def build(cfg: dict) -> dict:
     split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
     budget = E.check_budget("budget_s", cfg.get("budget_s"))
     root = Path(cfg["out_dir"])
-    out = board_dir(root)
+    folder = board_dir(root)
+    out = folder.path
+    try:
+        summary = _board(cfg, t0, commit, scenarios, seeds, split, budget, root, out)
+    except BaseException:  # a failed or interrupted board leaves no dated folder of tables without a summary
+        folder.discard()
+        raise
+    folder.release()
+    if not summary.pop("good"):
+        raise SystemExit(1)
+    return summary
+
+
+def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], seeds: list[int], split: dict | None,
+           budget: float | None, root: Path, out: Path) -> dict:
+    """The board's runs, tables, plots and summary.json in `out` (claimed by `build`); summary["good"]: whether
+    every scenario has runs (else `latest` stays and the app exits 1)."""
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
@@ -247,8 +284,7 @@ def build(cfg: dict) -> dict:
     if not good:
         print(f"pdgym-leaderboard: every run failed on {', '.join(empty)} (see {out / 'leaderboard.md'}); "
               f"{root / 'latest'} left unchanged; tolerate_failures=true accepts such a board", file=sys.stderr)
-        raise SystemExit(1)
-    return summary
+    return dict(summary, good=good)
 
 
 def _app_task(cfg) -> dict:

@@ -21,6 +21,7 @@ import functools
 import importlib
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +29,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pdgym.envs.sim import Simulator
+from pdgym.envs.sim import Simulator, safe_files
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, check_table_format, write_json, write_table
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS as DECISION_POINTS
+from pdgym.envs.sim.validation import check_bool
 
 POINTS = tuple(DECISION_POINTS)  # prefill, decode, batching (envs/sim/points.py)
 EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment", "batch_mean", "pool_mean", "pool_empty_frac")
@@ -292,18 +294,43 @@ def env_module(env_id: str):
 
 
 def model_file(path: Path) -> Path:
-    """A model zip, or the best (else final, else last checkpoint) model of a training run directory."""
-    if path.is_file():
-        return path
-    for name in ("best_model.zip", "final_model.zip"):
-        if (path / name).is_file():
-            return path / name
-    from pdgym.agents.learned.model_store import latest_complete
+    """A model zip, or the best (else final, else last checkpoint) model of a training run directory; a model
+    the run directory names must be a regular file inside it (no symlink out of it, no device)."""
+    from pdgym.agents.learned.model_store import MAX_MODEL_BYTES, latest_complete
 
+    if not path.is_dir():
+        return safe_files.check_regular_file(path, MAX_MODEL_BYTES, "policy")
+    for name in ("best_model.zip", "final_model.zip"):
+        if os.path.lexists(path / name):
+            return safe_files.check_regular_file(path / name, MAX_MODEL_BYTES, "policy", within=path)
     ckpt = latest_complete(path / "checkpoints")
     if ckpt is not None:
-        return ckpt
-    raise FileNotFoundError(f"{path}: no best_model.zip, final_model.zip or checkpoints/*.zip")
+        return safe_files.check_regular_file(ckpt, MAX_MODEL_BYTES, "policy", within=path)
+    raise FileNotFoundError(f"{path}: no best_model.zip, final_model.zip or checkpoints/model_<steps>.zip")
+
+
+MAX_AGENT_META_BYTES = 16 * safe_files.MiB  # agent.json: JSON of a few kB (docs/architecture.md, bounds)
+AGENT_META_KEYS = {"point": str, "env_id": str, "env_kwargs": dict}  # what rebuilding an agent's observation reads
+
+
+def read_agent_meta(root: Path, key: str = "policy") -> dict:
+    """A run directory's agent.json, checked: a regular file inside the run (bounded), UTF-8 JSON, an object with
+    the keys evaluation reads, of their types; anything else is one ConfigError line naming the file."""
+    path = Path(root) / AGENT_META
+    text = safe_files.read_text(path, MAX_AGENT_META_BYTES, key, within=root)
+    try:
+        meta = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{key}: {path} holds a JSON {type(meta).__name__}, not an object written by pdgym-train")
+    for name, kind in AGENT_META_KEYS.items():
+        if not isinstance(meta.get(name), kind):
+            raise ConfigError(f"{key}: {path} has no valid {name!r} (got {meta.get(name)!r}); not written by "
+                              "pdgym-train?")
+    if meta["point"] not in POINTS:
+        raise ConfigError(f"{key}: {path} names decision point {meta['point']!r}; allowed: {', '.join(POINTS)}")
+    return meta
 
 
 @dataclass
@@ -337,10 +364,10 @@ def load_agent(path: str | Path) -> LoadedAgent:
         raise ConfigError(f"policy: {p} does not exist; give a pdgym-train run directory, a model .zip in one, "
                           "or a baseline name")
     zip_path = model_file(p)
-    root = next((d for d in (zip_path.parent, zip_path.parent.parent) if (d / AGENT_META).is_file()), None)
+    root = next((d for d in (zip_path.parent, zip_path.parent.parent) if os.path.lexists(d / AGENT_META)), None)
     if root is None:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
-    meta = json.loads((root / AGENT_META).read_text())
+    meta = read_agent_meta(root)
     return LoadedAgent(zip_path, meta, load_predictor(zip_path))
 
 
@@ -572,6 +599,9 @@ def check_policy_given(value) -> None:
     """`policy=` names the policy under test (pdgym-eval, pdgym-enjoy): it must be given."""
     if value in (None, "???", ""):
         raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+    if not (isinstance(value, str) or (isinstance(value, dict) and isinstance(value.get("name"), str))):
+        raise ConfigError(f"policy: got {value!r}; give a baseline name, {{name: NAME, KEY: VALUE}} or a run folder "
+                          "/ model zip")
 
 
 def check_no_seed(data: dict, instead: str) -> None:
@@ -595,6 +625,7 @@ def checked(data: dict) -> tuple:
     the policies at the other points)."""
     check_policy_given(data.get("eval_policy"))
     check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
+    check_bool(data.get("progress"), "progress")
     seeds = data.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds):
@@ -638,11 +669,16 @@ def validate(cfg) -> None:
     Simulator(sim_config_from(raw), make_policies(others), seed=seed)
 
 
+# Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/common.refuse_unused).
+UNUSED = {"compare": "pdgym-eval runs one policy: compare several with pdgym-leaderboard (or pdgym-sim compare=)",
+          "trace": "pdgym-eval writes no trace: pdgym-sim trace=true does", "plots": "pdgym-eval draws no plots"}
+
+
 def main(argv: list[str] | None = None) -> None:
     """pdgym-eval: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv)(_app)(argv)
+    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
 
 
 if __name__ == "__main__":

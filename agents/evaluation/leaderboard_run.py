@@ -4,8 +4,8 @@ measures a scenario's capacity (the `load` a scenario declares is relative to it
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,8 +120,8 @@ def agent_point(path: str) -> str:
     """Decision point of a trained agent, from its agent.json (no model loading)."""
     p = E.model_file(Path(path))
     for d in (p.parent, p.parent.parent):
-        if (d / E.AGENT_META).is_file():
-            return json.loads((d / E.AGENT_META).read_text())["point"]
+        if os.path.lexists(d / E.AGENT_META):
+            return E.read_agent_meta(d, "agents")["point"]
     raise ConfigError(f"agents: {path} has no {E.AGENT_META} (not a pdgym-train run?)")
 
 

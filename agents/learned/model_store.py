@@ -24,13 +24,16 @@ import io
 import json
 import os
 import pickle  # only for the exception torch raises when weights_only refuses an object: nothing is unpickled
+import re
 import sys
+import warnings
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 
 # What reading a damaged or foreign archive can raise (all become one ModelFileError line).
@@ -41,6 +44,13 @@ FORMAT = "pdgym-model/1"
 MANIFEST = "pdgym_model.json"
 COUNTERS = ("_episode_num", "_n_updates", "_n_calls")  # SB3 state a resume continues (where present)
 REPLAY_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+# Size bounds checked before a byte is read (docs/architecture.md, "Files pdgym reads, and their bounds"): a whole
+# archive, its JSON manifest, and any other member (weights, optimizer state, npz arrays).
+MAX_MODEL_BYTES = 2 * safe_files.GiB
+MAX_MANIFEST_BYTES = safe_files.MiB
+MAX_MEMBER_BYTES = safe_files.GiB
 
 
 class ModelFileError(ConfigError):
@@ -204,11 +214,17 @@ def read(path: Path, training: bool = False) -> dict:
 
     path = Path(path)
     try:
+        safe_files.check_regular_file(path, MAX_MODEL_BYTES, "model file")
+    except ConfigError as exc:
+        raise ModelFileError(str(exc)) from None
+    try:
         with zipfile.ZipFile(path) as zf:
             names = set(zf.namelist())
             if MANIFEST not in names:
                 raise ModelFileError(f"{path}: not a pdgym model file (no {MANIFEST}); SB3 zips and pickles are "
                                      "never loaded because loading them can run code: retrain with pdgym-train")
+
+            _check_sizes(zf, f"model file {path}")  # every member's declared size, before any is read
             manifest = json.loads(zf.read(MANIFEST))
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 raise ModelFileError(f"{path}: model format {manifest.get('format') if isinstance(manifest, dict) else None!r}"
@@ -218,7 +234,9 @@ def read(path: Path, training: bool = False) -> dict:
                 raise ModelFileError(f"{path}: incomplete model file (missing {', '.join(missing)})")
 
             def tensors(name):
-                return torch.load(io.BytesIO(zf.read(name)), map_location="cpu", weights_only=True)
+                with warnings.catch_warnings():  # torch's pickle-protocol notes before the error it raises anyway
+                    warnings.simplefilter("ignore")
+                    return torch.load(io.BytesIO(zf.read(name)), map_location="cpu", weights_only=True)
 
             def arrays(name):
                 with np.load(io.BytesIO(zf.read(name)), allow_pickle=False) as z:
@@ -232,15 +250,24 @@ def read(path: Path, training: bool = False) -> dict:
             return out
     except (ModelFileError, FileNotFoundError):
         raise
+    except ConfigError as exc:  # a member over its bound
+        raise ModelFileError(str(exc)) from None
     except READ_ERRORS as exc:  # truncated zip, corrupt member, a pickle that weights_only refuses, bad spec
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelFileError(f"{path}: unreadable or truncated model file ({why[:200]})") from None
 
 
+def _check_sizes(zf: zipfile.ZipFile, what: str) -> None:
+    for info in zf.infolist():
+        safe_files.check_zip_member(info, MAX_MANIFEST_BYTES if info.filename == MANIFEST else MAX_MEMBER_BYTES, what)
+
+
 def is_complete(path: Path) -> bool:
     """A whole archive: central directory present, every listed member there, every CRC right."""
     try:
+        safe_files.check_regular_file(path, MAX_MODEL_BYTES, "model file")
         with zipfile.ZipFile(path) as zf:
+            _check_sizes(zf, "model file")  # testzip reads every member whole: sizes first
             if MANIFEST not in zf.namelist() or zf.testzip() is not None:
                 return False
             manifest = json.loads(zf.read(MANIFEST))
@@ -251,7 +278,9 @@ def is_complete(path: Path) -> bool:
 
 def checkpoints(ckpt_dir: Path) -> list[Path]:
     """The periodic checkpoints model_<steps>.zip of a run, oldest first."""
-    return sorted(Path(ckpt_dir).glob("model_*[0-9].zip"), key=lambda p: int(p.stem.split("_")[1]))
+    found = [(int(m.group(1)), p) for p in Path(ckpt_dir).glob("model_*.zip")
+             if (m := re.fullmatch(r"model_(\d+)\.zip", p.name))]  # model_x1.zip is no checkpoint of ours
+    return [p for _, p in sorted(found)]
 
 
 def latest_complete(ckpt_dir: Path) -> Path | None:

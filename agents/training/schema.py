@@ -132,6 +132,15 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     for k in ("checkpoint_freq", "log_freq", "seed"):
         if getattr(app, k) < 0:
             raise ConfigError(f"{k}: got {getattr(app, k)}; must be >= 0")
+    if app.eval.freq < 0:
+        raise ConfigError(f"eval.freq: got {app.eval.freq}; must be >= 0 (0: only at the end)")
+    if not app.eval.seeds or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in app.eval.seeds):
+        raise ConfigError(f"eval.seeds: got {app.eval.seeds!r}; must be a non-empty list of integers >= 0")
+    if not (math.isfinite(app.normalize.gamma) and 0 < app.normalize.gamma <= 1):
+        raise ConfigError(f"normalize.gamma: got {app.normalize.gamma}; allowed (0, 1]")
+    if not (math.isfinite(app.normalize.clip_obs) and app.normalize.clip_obs > 0):
+        raise ConfigError(f"normalize.clip_obs: got {app.normalize.clip_obs}; must be a finite number > 0")
+    check_net_arch(agent.net_arch)
     if app.eval.split not in data["splits"]:
         raise ConfigError(f"eval.split: got {app.eval.split!r}; allowed: {', '.join(data['splits'])}")
     if env.point not in E.POINTS:
@@ -145,6 +154,18 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     if agent.bc.teacher is not None:
         check_teacher(agent.bc.teacher, env.point)
     return app, env, agent
+
+
+def check_net_arch(arch: Any, key: str = "agent.net_arch") -> None:
+    """SB3's net_arch: null, a list of layer widths (integers >= 1), or a mapping of such lists (pi / vf / qf)."""
+    def widths(v) -> bool:
+        return isinstance(v, list) and all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in v)
+
+    ok = arch is None or widths(arch) or (isinstance(arch, dict) and set(arch) <= {"pi", "vf", "qf"}
+                                          and all(widths(v) for v in arch.values()))
+    if not ok:
+        raise ConfigError(f"{key}: got {arch!r}; give a list of layer widths (integers >= 1), e.g. [64, 64], a "
+                          "mapping {pi: [...], vf: [...]} (qf for dqn), or null for SB3's default")
 
 
 def check_teacher(teacher, point: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def resume_point(app: TrainSchema, data: dict, out: Path) -> Path | None:
             raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
         return p
     meta_path, ckpts = out / E.AGENT_META, M.checkpoints(out / "checkpoints")
-    old = json.loads(meta_path.read_text()).get("identity") if meta_path.is_file() else None
+    old = E.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
     if old is None and ckpts:
         raise ConfigError(f"resume: {out} holds checkpoints but no recorded configuration (an older pdgym run); "
                           "give another name= or resume=never to start over")
@@ -246,11 +247,23 @@ def _check(cfg) -> None:
         resume_point(app, data, out)
 
 
+def unused_keys() -> dict[str, str]:
+    """Root-config keys pdgym-train composes but never reads (the env's scenario is composed anew from env.scenario
+    and env.overrides), each with what to use instead: refused, not dropped."""
+    from pdgym.agents.common import SIM_KEYS
+
+    traffic = "the env's scenario sets the training traffic: scenario=NAME, and env.overrides=[KEY=VALUE,...] to change it"
+    return {**{k: traffic for k in (*SIM_KEYS, "memory_limit_gb")},
+            "policy": "the baselines at the other decision points are env.policies (env.policies.prefill=NAME)",
+            "compare": "policy sets head to head are pdgym-sim's", "plots": "pdgym-train always draws curves.png",
+            "tables": "pdgym-train writes no request tables", "trace": "pdgym-train writes no trace"}
+
+
 def main(argv: list[str] | None = None) -> float | None:
     """pdgym-train: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
     from pdgym.agents.common import hydra_cli
 
-    return hydra_cli("pdgym-train", "train", validate=_check)(_task)(argv)
+    return hydra_cli("pdgym-train", "train", validate=_check, unused=unused_keys())(_task)(argv)
 
 
 if __name__ == "__main__":

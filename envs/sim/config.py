@@ -139,8 +139,7 @@ class WorkloadConfig:
         check(self.prefix_groups >= 0, f"{key}.prefix_groups", f"got {self.prefix_groups}; must be >= 0")
         check(self.prefix_zipf >= 0, f"{key}.prefix_zipf", f"got {self.prefix_zipf}; must be >= 0")
         check_positive(self.period_s, f"{key}.period_s")
-        if self.arrival == "gamma":
-            check_positive(self.cv, f"{key}.cv")
+        check_positive(self.cv, f"{key}.cv", allow_zero=self.arrival != "gamma")
         if self.arrival == "onoff":
             check_positive(self.on_s, f"{key}.on_s")
             check_positive(self.off_s, f"{key}.off_s", allow_zero=True)
@@ -353,6 +352,7 @@ class SimConfig:
     max_sim_time_s: float = math.inf  # stop the clock here; unfinished requests are rejected("horizon")
 
     def validate(self) -> SimConfig:
+        _check_nested(self, "")  # a SimConfig built in Python (simulate(SimConfig(cluster=None)))
         self.cluster.validate()
         self.workload.validate()
         self.faults.validate()
@@ -379,6 +379,9 @@ def _build(cls, data: Any, key: str):
             raise ConfigError(f"{sub_key}: unknown key; allowed: {', '.join(fields)}")
         _check_type(fields[k], v, sub_key)
         sub = _NESTED.get((cls, k))
+        if sub is not None and v is None and "None" not in str(fields[k].type):
+            raise ConfigError(f"{sub_key}: got null; must be a mapping (keys: "
+                              f"{', '.join(g.name for g in dataclasses.fields(sub))})")
         if sub is not None and v is not None:
             if k == "phases":
                 v = [_build(sub, p, f"{sub_key}[{i}]") for i, p in enumerate(v)]
@@ -389,7 +392,13 @@ def _build(cls, data: Any, key: str):
 
 
 def _check_type(f: dataclasses.Field, v: Any, key: str) -> None:
-    """Scalars must have the type their default has (ints may not be fractional)."""
+    """Scalars must have the type their default has (ints may not be fractional; numbers finite unless the default
+    is infinite, like max_sim_time_s: an infinite latency or rate ran to exit 0 with most requests rejected);
+    lists and mappings must be lists and mappings (workload.phases=5 was a TypeError traceback)."""
+    kind = str(f.type)
+    if v is not None and kind.startswith(("list[", "dict[")):
+        want = list if kind.startswith("list[") else dict
+        check(isinstance(v, want), key, f"got {v!r}; must be a {'list' if want is list else 'mapping'}")
     default = f.default
     if v is None or default is dataclasses.MISSING or default is None or f.type == "Any":
         return
@@ -397,6 +406,7 @@ def _check_type(f: dataclasses.Field, v: Any, key: str) -> None:
         check(isinstance(v, bool), key, f"got {v!r}; must be true or false")
     elif isinstance(default, (int, float)):
         check(isinstance(v, (int, float)) and not isinstance(v, bool), key, f"got {v!r}; must be a number")
+        check(not math.isnan(v) and (math.isfinite(v) or math.isinf(default)), key, f"got {v!r}; must be finite")
         if isinstance(default, int):
             check(float(v).is_integer(), key, f"got {v!r}; must be an integer")
     elif isinstance(default, str):
@@ -419,6 +429,20 @@ _NESTED = {
     (WorkloadPhase, "prompt"): LengthConfig,
     (WorkloadPhase, "output"): LengthConfig,
 }
+
+
+def _check_nested(obj: Any, key: str) -> None:
+    """Every nested section of a dataclass config is of its own class (recursively; optional ones may be None)."""
+    for f in dataclasses.fields(obj):
+        sub, v, k = _NESTED.get((type(obj), f.name)), getattr(obj, f.name), f"{key}.{f.name}" if key else f.name
+        if sub is None or (v is None and "None" in str(f.type)):
+            continue
+        if f.name == "phases":
+            check(isinstance(v, list), k, f"got {v!r}; must be a list of phases")
+        for i, item in enumerate(v if f.name == "phases" else [v]):
+            at = f"{k}[{i}]" if f.name == "phases" else k
+            check(isinstance(item, sub), at, f"got {item!r}; must be a {sub.__name__} (or a mapping of its keys)")
+            _check_nested(item, at)
 
 
 def sim_config(data: Any) -> SimConfig:

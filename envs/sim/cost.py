@@ -16,14 +16,15 @@ from __future__ import annotations
 import abc
 import csv
 import dataclasses
+import io
 import math
 import numbers
-import os
 import types
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from . import safe_files
 from .config import CostConfig, InstanceConfig
 from .hardware import HardwareProfile
 from .models import ModelProfile
@@ -249,6 +250,9 @@ class PiecewiseLinearCost(CostModel):
 
 
 # --------------------------------------------------------------------------- table
+MAX_TABLE_BYTES = 64 * safe_files.MiB  # a measured cost table: a few hundred rows (docs/architecture.md, bounds)
+
+
 class TableCost(CostModel):
     """Measured timings: per unit, prefill time interpolated over prompt tokens, decode time
     over batch size, or over KV tokens when the CSV has a `kv` column (KV reads drive a
@@ -258,10 +262,8 @@ class TableCost(CostModel):
     def __init__(self, dp: int, path: str):
         super().__init__(dp)
         key = "cost.params.path"
-        check(os.path.isfile(path), key, f"file not found: {path}")
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = list(reader)
+        reader = csv.DictReader(io.StringIO(safe_files.read_text(path, MAX_TABLE_BYTES, key), newline=""))
+        rows = list(reader)
         cols = set(reader.fieldnames or ())
         check({"phase", "tokens", "time_s"} <= cols, key,
               f"{path} needs columns phase, tokens, time_s (has: {', '.join(sorted(cols)) or 'none'})")
@@ -277,6 +279,8 @@ class TableCost(CostModel):
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: {path} has a non-numeric {x_col} or time_s in a {phase} row") from None
             check(bool(pts), key, f"{path} has no {phase!r} rows")
+            check(all(math.isfinite(x) and math.isfinite(t) for x, t in pts), key,
+                  f"{path} has a {x_col} or time_s that is not a finite number (inf, nan) in a {phase} row")
             check(all(t >= 0 for _, t in pts), key, f"{path} has a negative time_s")
             curves[phase] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
         self.xp, self.yp = curves["prefill"]

@@ -1,0 +1,73 @@
+"""Console entry points of the apps (pyproject.toml's [project.scripts]).
+
+An app's module is imported inside the guard: its imports take seconds (Hydra, pandas, torch), and a Ctrl-C
+then was a 32-42 line traceback; now it is one line and exit status 130, as a Ctrl-C during a run is
+(agents/common.one_line_errors). A KeyboardInterrupt that lands in a finaliser or a thread ("Exception ignored
+in ...") is handed to the main thread instead of printed, and once the app ends (an interrupt included) a further
+Ctrl-C while Python shuts down is ignored rather than printed as another traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import signal
+import sys
+
+
+def _interrupt_main_instead(default):
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            import _thread
+
+            _thread.interrupt_main()  # raised again where the main thread can act on it (nothing if SIGINT ignored)
+            return
+        default(unraisable)
+
+    return hook
+
+
+def _quiet_from_now() -> None:
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to do
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def launch(app: str, module: str) -> object:
+    """Import `module` and run its `main()`; a Ctrl-C anywhere outside the app's own handler is one line, 130."""
+    sys.unraisablehook = _interrupt_main_instead(sys.unraisablehook)
+    try:
+        return importlib.import_module(module).main()
+    except KeyboardInterrupt:
+        _quiet_from_now()
+        print(f"{app}: error: interrupted; this run wrote no result", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        _quiet_from_now()
+
+
+def sim():
+    return launch("pdgym-sim", "pdgym.agents.apps.sim")
+
+
+def repro():
+    return launch("pdgym-repro", "pdgym.agents.apps.repro")
+
+
+def train():
+    return launch("pdgym-train", "pdgym.agents.training.train")
+
+
+def evaluate():
+    return launch("pdgym-eval", "pdgym.agents.evaluation.evaluate")
+
+
+def leaderboard():
+    return launch("pdgym-leaderboard", "pdgym.agents.apps.leaderboard")
+
+
+def enjoy():
+    return launch("pdgym-enjoy", "pdgym.agents.apps.enjoy")
+
+
+def profile():
+    return launch("pdgym-profile", "pdgym.agents.apps.profile")

@@ -1,0 +1,80 @@
+"""Bounded reading of files pdgym did not write itself in this process: traces, cost tables, and what a run folder
+holds (checkpoints, agent.json, their zip members).
+
+A reader checks before reading a byte that the path is a regular file (not a device like /dev/zero, a FIFO or a
+folder), optionally that it resolves inside a given folder (no symlink out of a run folder), and that its size
+is within a stated bound; each refusal is one ConfigError line naming what the file is for. The bounds every
+reader uses are listed in docs/architecture.md ("Files pdgym reads, and their bounds").
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .validation import ConfigError
+
+MiB = 1 << 20
+GiB = 1 << 30
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _size(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB" if n >= MiB else f"{n} bytes"
+
+
+def check_regular_file(path: str | os.PathLike, max_bytes: int, what: str,
+                       within: str | os.PathLike | None = None) -> Path:
+    """`path` if it is a regular file of at most `max_bytes` (resolving inside the folder `within`, when given);
+    else a one-line ConfigError starting with `what` (e.g. "cost.params.path", "checkpoint"). Reads nothing."""
+    p = Path(path)
+    try:
+        st = os.stat(p)  # follows a symlink: the target is what would be read
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: file not found: {p}") from None
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {p}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+        raise ConfigError(f"{what}: {p} is {kind}, not a regular file")
+    if within is not None:
+        root, real = Path(within).resolve(), p.resolve()
+        if real != root and root not in real.parents:
+            raise ConfigError(f"{what}: {p} leads outside {root} (a symbolic link to {real}); refused")
+    if st.st_size > max_bytes:
+        raise ConfigError(f"{what}: {p} is {_size(st.st_size)}, more than the {_size(max_bytes)} this reader accepts")
+    return p
+
+
+def read_bytes(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None) -> bytes:
+    """The bytes of a checked file (`check_regular_file`), at most `max_bytes` even if it grows meanwhile."""
+    p = check_regular_file(path, max_bytes, what, within)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot read {p}: {exc.strerror}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what}: {p} grew beyond {_size(max_bytes)} while being read")
+    return data
+
+
+def read_text(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None) -> str:
+    """A checked file's text, which must be UTF-8 (a gzip file or another encoding is one line, not a traceback)."""
+    data = read_bytes(path, max_bytes, what, within)
+    if data.startswith(GZIP_MAGIC):
+        raise ConfigError(f"{what}: {path} is gzip-compressed; give the uncompressed text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what}: {path} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") \
+            from None
+
+
+def check_zip_member(info, max_bytes: int, what: str) -> None:
+    """A zip member's declared uncompressed size within `max_bytes`, checked before it is read (zipfile also stops
+    reading a member at its declared size, so a lying header cannot make it read more)."""
+    if info.file_size > max_bytes:
+        raise ConfigError(f"{what}: member {info.filename} is {_size(info.file_size)}, more than the "
+                          f"{_size(max_bytes)} this reader accepts")

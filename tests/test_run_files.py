@@ -1,0 +1,250 @@
+"""Files pdgym reads that it did not write in this process (envs/sim/safe_files.py): a regular file only (no device,
+no pipe, no symlink out of the run folder), a size bound checked before a byte is read, text that must be UTF-8;
+agent.json, model archives and cost tables of every broken kind are one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from pdgym.agents.learned import model_store as M
+from pdgym.envs.sim import safe_files
+from pdgym.envs.sim.config import ConfigError
+
+META = {"point": "decode", "env_id": "pdgym/DecodeRouting-v0", "env_kwargs": {}}
+
+
+# --------------------------------------------------------------------------- the helper
+def test_regular_file_within_its_bound_is_read(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("héllo\n")
+    assert safe_files.read_text(f, 100, "what", within=tmp_path) == "héllo\n"
+    link = tmp_path / "b.txt"
+    link.symlink_to(f)  # a link that stays inside the folder is fine
+    assert safe_files.check_regular_file(link, 100, "what", within=tmp_path) == link
+
+
+def _fifo(tmp_path: Path) -> Path:
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    return p
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda t: Path("/dev/zero"), "a device, pipe or socket"),
+    (lambda t: Path("/dev/null"), "a device, pipe or socket"),
+    (_fifo, "a device, pipe or socket"),
+    (lambda t: t, "a folder"),
+    (lambda t: t / "missing.csv", "file not found"),
+])
+def test_not_a_regular_file_is_refused_without_reading(make, words, tmp_path):
+    with pytest.raises(ConfigError, match=words) as e:
+        safe_files.read_bytes(make(tmp_path), 1 << 20, "cost.params.path")
+    assert str(e.value).startswith("cost.params.path: ") and "\n" not in str(e.value)
+
+
+def test_symlink_out_of_the_folder_is_refused(tmp_path):
+    run, outside = tmp_path / "run", tmp_path / "elsewhere.zip"
+    run.mkdir()
+    outside.write_bytes(b"x")
+    for target in (outside, Path("/dev/zero")):
+        link = run / f"best_{target.name}"
+        link.symlink_to(target)
+        with pytest.raises(ConfigError, match="leads outside|not a regular file"):
+            safe_files.check_regular_file(link, 1 << 20, "policy", within=run)
+
+
+def test_size_bound_is_checked_before_reading(tmp_path, monkeypatch):
+    """A sparse 4 GiB file costs no disk; refusing it must not open it (the audit's trace took 7.5 GB first)."""
+    big = tmp_path / "big.csv"
+    with open(big, "wb") as fh:
+        fh.truncate(4 << 30)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    with pytest.raises(ConfigError, match=r"4.0 GiB, more than the 64.0 MiB"):
+        safe_files.read_bytes(big, 64 << 20, "workload.trace")
+    assert opened == []
+
+
+@pytest.mark.parametrize("data, words", [
+    (gzip.compress(b"phase,tokens,time_s\n"), "gzip-compressed"),
+    (b"phase,tokens,time_s\nprefill,1,\xff\n", "not UTF-8"),
+    ("phase,tokens\n".encode("utf-16"), "not UTF-8"),
+])
+def test_text_that_is_not_utf8_is_one_line(data, words, tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_bytes(data)
+    with pytest.raises(ConfigError, match=words) as e:
+        safe_files.read_text(f, 1 << 20, "cost.params.path")
+    assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- model archives
+def _zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_model_member_over_its_bound_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = _zip(tmp_path / "m.zip", {M.MANIFEST: json.dumps({"format": M.FORMAT, "members": ["policy.pt"]}),
+                                     "policy.pt": b"\0" * 5000})
+    monkeypatch.setattr(M, "MAX_MEMBER_BYTES", 4096)
+    read = []
+    real = zipfile.ZipFile.read
+    monkeypatch.setattr(zipfile.ZipFile, "read", lambda self, name, *a: read.append(name) or real(self, name, *a))
+    with pytest.raises(M.ModelFileError, match="member policy.pt is 4.9 KiB|member policy.pt is 5000 bytes"):
+        M.read(path)
+    assert "policy.pt" not in read
+    assert not M.is_complete(path)
+
+
+def test_model_manifest_over_its_bound_is_refused(tmp_path):
+    path = _zip(tmp_path / "m.zip", {M.MANIFEST: b" " * (M.MAX_MANIFEST_BYTES + 1)})
+    with pytest.raises(M.ModelFileError, match="member pdgym_model.json"):
+        M.read(path)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/urandom"])
+def test_model_that_is_a_device_is_one_line(target, tmp_path):
+    link = tmp_path / "best_model.zip"
+    link.symlink_to(target)
+    with pytest.raises(M.ModelFileError, match="not a regular file"):
+        M.read(link)
+    assert not M.is_complete(link)
+
+
+def test_checkpoints_are_only_model_steps_zips(tmp_path):
+    for name in ("model_128.zip", "model_x1.zip", "model_64.zip", "model_.zip", "model_1e3.zip", "model_9.zip.tmp"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in M.checkpoints(tmp_path)] == ["model_64.zip", "model_128.zip"]
+
+
+# --------------------------------------------------------------------------- a run folder's agent.json, in the apps
+def _run_folder(root: Path, meta: bytes | None, model: str | None = "junk") -> Path:
+    run = root / "agent_run"
+    (run / "checkpoints").mkdir(parents=True)
+    if meta is not None:
+        (run / "agent.json").write_bytes(meta)
+    if model == "junk":
+        (run / "best_model.zip").write_bytes(b"not a zip")
+    elif model == "x1":
+        (run / "checkpoints" / "model_x1.zip").write_bytes(b"")
+    elif model is not None:
+        (run / "best_model.zip").symlink_to(model)
+    return run
+
+
+GOOD = json.dumps(META).encode()
+BROKEN = [
+    ("not_json", b"{bad", None, "not valid JSON"),
+    ("list", b"[1, 2]", None, "holds a JSON list"),
+    ("missing_keys", b'{"point": "decode"}', None, "no valid 'env_id'"),
+    ("wrong_type", json.dumps(dict(META, env_kwargs=[1])).encode(), None, "no valid 'env_kwargs'"),
+    ("bad_point", json.dumps(dict(META, point="nowhere")).encode(), None, "decision point 'nowhere'"),
+    ("not_utf8", b"\xff\xfe{}", None, "not UTF-8"),
+    ("gzip", gzip.compress(GOOD), None, "gzip-compressed"),
+    ("folder", None, "mkdir", "a folder"),
+    ("device", None, "/dev/zero", "a device"),
+    ("checkpoint_x1", GOOD, "x1", "no best_model.zip"),
+    ("model_device", GOOD, "/dev/zero", "a device"),
+    ("model_outside", GOOD, "OUTSIDE", "leads outside"),
+    ("model_junk", GOOD, "junk", "unreadable or truncated model file"),
+]
+APPS = {
+    "pdgym-eval": ("pdgym.agents.evaluation.evaluate", ["scenario=decode_tier_n16"], "policy={run}"),
+    "pdgym-enjoy": ("pdgym.agents.apps.enjoy", ["scenario=decode_tier_n16"], "policy={run}"),
+    "pdgym-leaderboard": ("pdgym.agents.apps.leaderboard", ["preset=tiny"], "agents=[{{label: a, path: {run}}}]"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=[c[0] for c in BROKEN])
+@pytest.mark.parametrize("app", sorted(APPS))
+def test_broken_agent_run_folder_is_one_line_and_writes_nothing(app, case, tmp_path, monkeypatch, capsys):
+    _, meta, model, words = case
+    src = tmp_path / "src"
+    src.mkdir()
+    if model == "OUTSIDE":
+        model = str(tmp_path / "outside.zip")
+        Path(model).write_bytes(b"x")
+    run = _run_folder(src, meta if meta is not None else GOOD, model if model not in (None, "mkdir") else "junk")
+    if model == "mkdir" or (meta is None and model == "/dev/zero"):  # agent.json itself is a folder / a device
+        (run / "agent.json").unlink()
+        (run / "agent.json").mkdir() if model == "mkdir" else (run / "agent.json").symlink_to("/dev/zero")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    module, base, arg = APPS[app]
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(module).main([*base, arg.format(run=run), f"hydra.run.dir={cwd / 'out'}",
+                                              f"out_dir={cwd / 'boards'}"] if app == "pdgym-leaderboard" else
+                                             [*base, arg.format(run=run), f"hydra.run.dir={cwd / 'out'}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"{app}: error: ") and words in lines[0], lines[0]
+    assert "Traceback" not in err and "Warning" not in err
+    assert os.listdir(cwd) == [], "a broken agent left files"
+
+
+# --------------------------------------------------------------------------- cost tables, in pdgym-sim
+COST = [
+    ("inf", b"phase,tokens,time_s\nprefill,100,inf\ndecode,1,0.01\n", "not a finite number"),
+    ("nan", b"phase,tokens,time_s\nprefill,100,0.1\ndecode,nan,0.01\n", "not a finite number"),
+    ("latin1", "phase,tokens,time_s\nprefill,100,0.1\ndecode,1,0.01 µs\n".encode("latin-1"), "not UTF-8"),
+    ("gzip", gzip.compress(b"phase,tokens,time_s\nprefill,100,0.1\ndecode,1,0.01\n"), "gzip-compressed"),
+    ("device", None, "a device"),
+    ("folder", "mkdir", "a folder"),
+]
+
+
+@pytest.mark.parametrize("case", COST, ids=[c[0] for c in COST])
+def test_broken_cost_table_is_one_line(case, tmp_path, monkeypatch, capsys):
+    name, data, words = case
+    table = tmp_path / "table.csv"
+    if data is None:
+        table.symlink_to("/dev/zero")
+    elif data == "mkdir":
+        table.mkdir()
+    else:
+        table.write_bytes(data)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    sim = importlib.import_module("pdgym.agents.apps.sim").main
+    with pytest.raises(SystemExit) as exc:
+        sim(["scenario=coloc_h200_qwen3_8b", "cost.kind=table", f"+cost.params.path={table}",
+             "workload.num_requests=20", f"hydra.run.dir={cwd / 'out'}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and "cost.params.path" in lines[0] and words in lines[0], err
+    assert os.listdir(cwd) == []
+
+
+# --------------------------------------------------------------------------- pdgym-train's resume reads agent.json
+@pytest.mark.parametrize("meta, words", [(b"{bad", "not valid JSON"), (b"[]", "holds a JSON list"),
+                                         (b"\xff", "not UTF-8")])
+def test_train_resume_with_a_broken_agent_json_is_one_line(meta, words, tmp_path, monkeypatch, capsys):
+    from pdgym.agents.run_folder import MARKER
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text("")  # an earlier pdgym run's folder
+    (run / "agent.json").write_bytes(meta)
+    before = sorted(os.listdir(run))
+    monkeypatch.chdir(tmp_path)
+    train = importlib.import_module("pdgym.agents.training.train").main
+    with pytest.raises(SystemExit) as exc:
+        train(["total_timesteps=64", f"hydra.run.dir={run}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-train: error: resume: "), err
+    assert words in lines[0]
+    assert sorted(os.listdir(run)) == before
