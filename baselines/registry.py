@@ -22,6 +22,7 @@ from typing import Any
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 
+
 class _Protocols(Mapping):
     """Decision point -> the protocol its policies subclass, read from POINTS at each use (so a point added to
     the table is registrable at once)."""
