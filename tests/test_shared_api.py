@@ -169,7 +169,7 @@ def test_architecture_doc_says_which_baselines_modules_register_policies():
     for k in ("prefill", "decode", "batching"):
         registered(k)  # imports every baselines module
     by_module = {}
-    for kind, names in _REGISTRY.items():
+    for names in _REGISTRY.values():
         for name, cls in names.items():
             by_module.setdefault(cls.__module__.rsplit(".", 1)[-1], set()).add(name)
     for mod in re.findall(r"^ {4}(\w+)\.py", machinery, re.M):
