@@ -164,10 +164,10 @@ def python_run():
     sim.pool_order, sim.pool_times = [], []
     kv_ready = sim._handlers[EventKind.KV_READY]
 
-    def noting(rid, b=None):
+    def noting(rid):
         sim.pool_order.append(rid)
         sim.pool_times.append(sim.now)
-        kv_ready(rid, b)
+        kv_ready(rid)
 
     sim._handlers[EventKind.KV_READY] = noting
     sim.run()

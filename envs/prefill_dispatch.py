@@ -1,8 +1,8 @@
 """PrefillDispatch-v0: the agent is the global prefill scheduler of a P/D cluster; decode runs a baseline.
 
-`PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections), the policy core it
-shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`), the waiting-time
-meter behind its reward; a baseline scheduler teaches (behaviour cloning) through the shadow
+`PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
+shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`); its reward is
+envs/wait_meter.py's; a baseline scheduler teaches (behaviour cloning) through the shadow
 simulator `DispatchRecorder` (envs/shadow.py).
 """
 
@@ -22,11 +22,11 @@ from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import DispatchRecorder
-from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.wait_meter import WaitMeter
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = POINTS["prefill"].max_episode_steps
@@ -470,48 +470,6 @@ class AgentPolicy(_Core):
             self.invalid_actions += bad
             if not self.apply(sim, a):
                 break
-
-
-class WaitMeter:
-    """Integral over time of the number of arrived requests still waiting for their first token.
-
-    Requests arrive in id order, so a window [lo, hi) holds every request that may still be
-    waiting; the closed ones below it are folded into running sums.
-    """
-
-    def __init__(self, sim):
-        self.sim = sim
-        self.lo = self.hi = 0
-        self.closed = 0.0  # waiting time of the requests below lo
-        self.n_first = 0  # requests below lo that got a first token ...
-        self.ttft_sum = 0.0  # ... and their TTFTs
-        self.n_rejected = 0  # requests below lo rejected before their first token
-
-    def total(self) -> tuple[float, int, int]:
-        """(waiting time so far, first tokens so far, rejections before a first token so far)."""
-        sim = self.sim
-        req, now, n = sim.req, sim.now, sim.req.n
-        arrival, first, state = req.arrival, req.first_token, req.state
-        while self.hi < n and arrival[self.hi] <= now:
-            self.hi += 1
-        while self.lo < self.hi and (not math.isnan(first[self.lo]) or state[self.lo] == R.REJECTED):
-            i = self.lo
-            if math.isnan(first[i]):
-                self.closed += req.finish[i] - arrival[i]
-                self.n_rejected += 1
-            else:
-                w = first[i] - arrival[i]
-                self.closed += w
-                self.ttft_sum += w
-                self.n_first += 1
-            self.lo += 1
-        sl = slice(self.lo, self.hi)
-        f = first[sl]
-        rej = state[sl] == R.REJECTED
-        end = np.where(np.isnan(f), np.where(rej, req.finish[sl], now), f)
-        got = ~np.isnan(f)
-        return (self.closed + float((end - arrival[sl]).sum()), self.n_first + int(got.sum()),
-                self.n_rejected + int((rej & ~got).sum()))
 
 
 class PrefillDispatchEnv(PdgymEnv):

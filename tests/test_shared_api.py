@@ -150,6 +150,36 @@ def test_observations_lie_in_the_declared_bounds(point):
         env.close()
 
 
+def test_architecture_doc_says_which_baselines_modules_register_policies():
+    """docs/architecture.md lists every baselines module once, as shared machinery (registers nothing) or as
+    policies (registers each name it lists)."""
+    import importlib
+    import re
+
+    from pdgym.baselines.registry import _REGISTRY, registered
+
+    doc = (ENVS_DIR.parent / "docs" / "architecture.md").read_text()
+    block = doc[doc.index("  shared machinery ("):doc.index("agents/   ")]
+    machinery = block[:block.index("  policies (")]
+    policies = block[block.index("  policies ("):]
+    listed = re.findall(r"^ {4}(\w+)\.py", block, re.M)
+    mods = sorted(p.stem for p in (ENVS_DIR.parent / "baselines").glob("*.py")
+                  if p.stem not in ("__init__", "registry", "shared"))
+    assert sorted(listed) == mods
+    for k in ("prefill", "decode", "batching"):
+        registered(k)  # imports every baselines module
+    by_module = {}
+    for names in _REGISTRY.values():
+        for name, cls in names.items():
+            by_module.setdefault(cls.__module__.rsplit(".", 1)[-1], set()).add(name)
+    for mod in re.findall(r"^ {4}(\w+)\.py", machinery, re.M):
+        importlib.import_module(f"pdgym.baselines.{mod}")
+        assert mod not in by_module, f"{mod} registers {by_module.get(mod)} but is listed as shared machinery"
+    for line in re.findall(r"^ {4}(\w+)\.py +\w+: ([^(\n]+)", policies, re.M):
+        mod, names = line
+        assert {n.strip() for n in names.split(",")} <= by_module.get(mod, set()), mod
+
+
 def test_appending_a_feature_extends_vector_bounds_layout_and_table():
     """What the lead's next features need: one more Feature entry moves nothing before it."""
     class Core:

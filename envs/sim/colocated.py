@@ -183,7 +183,7 @@ class ColocatedInstance:
             self.start_queued = True
             self.sim.push(self.sim.now, COLOCATED_START, self)
 
-    def start_iteration(self, _: object = None) -> None:
+    def start_iteration(self) -> None:
         """COLOCATED_START: the batching policy picks each unit's batch; the iteration runs them in one pass."""
         self.start_queued = False
         if self.busy:
@@ -254,7 +254,7 @@ class ColocatedInstance:
         sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, max(kvs), min(kvs), tot / budget, ptok, dreq, dkv)
         sim.push(now + dur, COLOCATED_END, self)
 
-    def end_iteration(self, _: object = None) -> None:
+    def end_iteration(self) -> None:
         """COLOCATED_END: each unit settles its part; the next iteration is asked for if work is left."""
         sim = self.sim
         self.busy = False

@@ -78,7 +78,7 @@ class DecodeInstance(Stepper):
         self.start_decoding(req, rid, self.sim.now)
         return True
 
-    def start_step(self, _: object = None) -> None:
+    def start_step(self) -> None:
         """DECODE_START: the router admits from the pool, KV overflow is relieved, then a step runs."""
         self.start_queued = False
         if self.busy:
@@ -125,7 +125,7 @@ class DecodeInstance(Stepper):
                 req.requeue(rid)
                 sim.buffer_request(rid)
 
-    def end_step(self, _: object = None) -> None:
+    def end_step(self) -> None:
         """DECODE_END: every running request gained a token; due ones finish; the next step starts."""
         sim = self.sim
         self.busy = False

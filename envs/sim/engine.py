@@ -25,7 +25,7 @@ from .colocated import ColocatedInstance
 from .config import ConfigError, SimConfig, check, check_seed, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
 from .decode import DecodeInstance
-from .events import EventKind, PassKind
+from .events import SPREAD, DeviceArrive, EventKind, PassKind, Timer
 from .faults import FaultInjector
 from .hardware import load_hardware
 from .models import load_model
@@ -41,6 +41,10 @@ from .workload import make_workload
 DEVICE_ARRIVE, KV_READY, TIMER, ARRIVE = (int(k) for k in (
     EventKind.DEVICE_ARRIVE, EventKind.KV_READY, EventKind.TIMER, EventKind.ARRIVE))
 INSTANCE_TYPES = (PrefillInstance, DecodeInstance, ColocatedInstance)  # each declares HANDLERS: its events' methods
+
+
+def _spread(fn):
+    return lambda p: fn(*p)
 
 
 
@@ -111,6 +115,8 @@ class Simulator:
         handlers = {kind: getattr(cls, meth) for cls in INSTANCE_TYPES for kind, meth in cls.HANDLERS.items()}
         handlers.update({EventKind.DEVICE_ARRIVE: self._device_arrive, EventKind.KV_READY: self._kv_ready,
                          EventKind.TIMER: self._timer, EventKind.ARRIVE: self._arrive, EventKind.FAULT: self.faults.handle})
+        for kind in SPREAD:  # a NamedTuple payload's fields are the handler's arguments
+            handlers[kind] = _spread(handlers[kind])
         self._handlers = [handlers[k] for k in EventKind]  # indexed by the int kind of a heap entry (all kinds handled)
 
     # ------------------------------------------------------------------ construction
@@ -203,7 +209,7 @@ class Simulator:
         req = self.req
         req.leave_buffer(rid, self.now, inst)
         req.prefill_dp[rid] = self._front[inst].accept(rid, dp)
-        self.push(self.now + self._net, DEVICE_ARRIVE, rid, inst)
+        self.push(self.now + self._net, DEVICE_ARRIVE, DeviceArrive(rid, inst))
 
     def prefix_hit(self, rid: int, inst: int, dp: int) -> int:
         """Prompt tokens of `rid` that the prefix cache of (inst, dp) would serve now."""
@@ -223,7 +229,7 @@ class Simulator:
         """Call `on_timer(sim, tag)` of the `owner` policy ('prefill', 'decode', 'batching') at time t."""
         if owner not in POINTS:
             raise ValueError(f"set_timer: owner {owner!r} unknown; allowed: {', '.join(POINTS)}")
-        self.push(max(t, self.now), TIMER, owner, tag)
+        self.push(max(t, self.now), TIMER, Timer(owner, tag))
 
     def admit(self, rid: int, inst: int, worker: int) -> bool:
         """Admit pool request `rid` to `worker` of decode instance `inst` at a step boundary.
@@ -256,10 +262,10 @@ class Simulator:
         self.observers.append(observer)
 
     # ------------------------------------------------------------------ event loop
-    def push(self, t: float, kind: int, a: Any = None, b: Any = None) -> None:
-        """Queue event `kind` (an EventKind value) at time t; handlers receive (a, b)."""
+    def push(self, t: float, kind: int, payload: Any) -> None:
+        """Queue event `kind` (an EventKind value) at time t with its payload (events.py's table)."""
         self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, kind, a, b))
+        heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
     def _start(self) -> None:
         self._started = True
@@ -301,10 +307,10 @@ class Simulator:
                     return True
                 if ht > stop:
                     break
-                t, _, kind, a, b = pop(heap)
+                t, _, kind, payload = pop(heap)
                 self.now = t
                 n_events += 1
-                handlers[kind](a, b)
+                handlers[kind](payload)
             if not self.paused and stop == horizon and horizon < until:
                 self.now = horizon
                 self._finish_run(reason="horizon")
@@ -346,7 +352,7 @@ class Simulator:
                 obs.on_pass_end(self.view, PassKind(kind), inst)
 
     # ------------------------------------------------------------------ requests: arrival and resolution
-    def _arrive(self, rid: int, _: Any = None) -> None:
+    def _arrive(self, rid: int) -> None:
         self.req.arrival[rid] = self.now
         self.buffer_request(rid)
 
@@ -412,7 +418,7 @@ class Simulator:
         req.state[rid] = R.TRANSFER
         self.push(self.now + self._transfer(req.load(rid)), KV_READY, rid)
 
-    def _kv_ready(self, rid: int, _: Any = None) -> None:
+    def _kv_ready(self, rid: int) -> None:
         self.req.state[rid] = R.POOL
         self.pool[rid] = None
         for d in self.decode:

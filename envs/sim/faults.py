@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config import ConfigError
-from .events import EventKind
+from .events import EventKind, Fault
 
 if TYPE_CHECKING:  # pragma: no cover
     from .host import Host
@@ -31,11 +31,11 @@ class FaultInjector:
         """Queue the configured down / up / scale events (called when the run starts)."""
         push = self.sim.push
         for d in self.cfg.down:
-            push(float(d["at"]), FAULT, "down", int(d["instance"]))
+            push(float(d["at"]), FAULT, Fault("down", int(d["instance"])))
             if d.get("until") is not None:
-                push(float(d["until"]), FAULT, "up", int(d["instance"]))
+                push(float(d["until"]), FAULT, Fault("up", int(d["instance"])))
         for s in self.cfg.scale:
-            push(float(s["at"]), FAULT, "scale", int(s["count"]))
+            push(float(s["at"]), FAULT, Fault("scale", int(s["count"])))
 
     def drop_signal(self) -> bool:
         """Whether this EndForward signal is lost on its way to the scheduler (counted)."""
@@ -83,7 +83,7 @@ class FaultInjector:
                 sim.bounce(rid)
         else:
             P.lost.extend(stranded)
-            sim.push(sim.now + notify_after, FAULT, "detect", inst)
+            sim.push(sim.now + notify_after, FAULT, Fault("detect", inst))
 
     def _bring_up(self, inst: int, notify: bool = True) -> None:
         sim = self.sim

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import requests as R
-from .events import EventKind, PassKind
+from .events import EventKind, PassKind, PrefillEnd
 from .prefix_cache import UnitCache
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -268,7 +268,7 @@ class PrefillInstance:
         self.completing = completing
         tot = float(tokens.sum())
         sim.record_pass(PREFILL_PASS, self, dur, tot, len(completing), 0, 0, tot / (dp * chunk), tokens, z, z)
-        sim.push(now + dur, PREFILL_END, self, self.epoch)
+        sim.push(now + dur, PREFILL_END, PrefillEnd(self, self.epoch))
 
     def end_pass(self, epoch: int) -> None:
         """PREFILL_END: the pass's finished prompts move on; EndForward goes to the scheduler (unless dropped)."""
