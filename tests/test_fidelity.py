@@ -322,6 +322,9 @@ def test_an_effect_calibrated_to_its_own_source_is_never_a_pass():
     assert fidelity.judged(eff, s) == ([0.1], "calibrated")
     assert fidelity.judged({**eff, "band": [0.5, 1.0]}, s)[1] == "FAIL"
     assert fidelity.judged({k: v for k, v in eff.items() if k != "calibrated"}, s)[1] == "pass"
+    flagged = {**s, "regime": {"out_of_regime": ["headline: load"]}}
+    assert fidelity.judged(eff, flagged)[1] == "out of regime"  # in band at a flagged point: no test either way
+    assert fidelity.judged({**eff, "band": [0.5, 1.0]}, flagged)[1] == "FAIL (out of regime)"
     rows = [{**eff, "values": [0.1], "verdict": "calibrated"}]
     results = {"x": {"summary": {"regime_causes": {"w N=32": "trace too short: ..."}}, "wall_s": 1.0, "error": None}}
     text = fidelity.render(rows, results, False, Path("/nonexistent"), Path("/nonexistent"), [])
