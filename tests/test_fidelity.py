@@ -322,6 +322,9 @@ def test_an_effect_calibrated_to_its_own_source_is_never_a_pass():
     assert fidelity.judged(eff, s) == ([0.1], "calibrated")
     assert fidelity.judged({**eff, "band": [0.5, 1.0]}, s)[1] == "FAIL"
     assert fidelity.judged({k: v for k, v in eff.items() if k != "calibrated"}, s)[1] == "pass"
+    flagged = {**s, "regime": {"out_of_regime": ["headline: load"]}}
+    assert fidelity.judged(eff, flagged)[1] == "out of regime"  # in band at a flagged point: no test either way
+    assert fidelity.judged({**eff, "band": [0.5, 1.0]}, flagged)[1] == "FAIL (out of regime)"
     rows = [{**eff, "values": [0.1], "verdict": "calibrated"}]
     results = {"x": {"summary": {"regime_causes": {"w N=32": "trace too short: ..."}}, "wall_s": 1.0, "error": None}}
     text = fidelity.render(rows, results, False, Path("/nonexistent"), Path("/nonexistent"), [])
@@ -351,3 +354,33 @@ def test_iqr_band_conclusion_follows_the_numbers():
     assert "report_every=1: a band 1.50x the reference's (wider)" in stale_only
     better = conclusion(table(4.0, 5.0, 0.9), 4, [1, 4])
     assert "from report_every=1 on" in better and "also beats the router with exact, current KV" in better
+
+
+def test_br_imbalance_names_what_keeps_a_point_out_of_regime():
+    """regime_cause: a prefill calibration short of its fixed point is "prefill bound"; a pool that empties at a
+    rate above capacity with the prefill at its fixed point (or a burst that never filled the tier) is "trace too
+    short", with the rows, their arrival span and the slots; an in-regime point has no cause."""
+    from types import SimpleNamespace as NS
+
+    import pandas as pd
+    from pdgym.agents.experiments.br_imbalance import regime_cause
+    from pdgym.agents.experiments.measure import TierCapacity
+
+    cfg = NS(cluster=NS(decode=NS(count=1, dp=16, batch_limit=64), prefill=NS(count=28)),
+             workload=NS(num_requests=5291))
+    p = NS(load=1.2, regime_max_empty_pool=0.2)
+
+    def means(empty):
+        return pd.DataFrame({"router": ["br0", "least_kv"], "empty_pool_frac": [empty, empty]})
+
+    full = TierCapacity(decode_rps=2730.0, prefill_rps=100.0, full_share=0.6, bursts=8, converged=True)
+    assert regime_cause(cfg, full, means(0.05), p) == ""
+    short = regime_cause(cfg, full, means(0.9), p)
+    assert short.startswith("trace too short: 5291 rows arrive in 1.6 s at 3276 req/s for 1024 decode slots")
+    assert "90% of BR-0's loaded steps" in short
+    unfilled = regime_cause(cfg, TierCapacity(2730.0, 100.0, 0.02, 3, True), means(0.9), p)
+    assert unfilled.startswith("trace too short") and "full on 2% of the burst's steps" in unfilled
+    bound = regime_cause(cfg, TierCapacity(2730.0, 100.0, 0.6, 12, False), means(0.9), p)
+    assert bound.startswith("prefill bound at 28 instances") and "after 12 bursts" in bound
+    below = regime_cause(cfg, full, means(0.9), NS(load=0.8, regime_max_empty_pool=0.2))
+    assert below.startswith("load 0.8 x capacity leaves the pool empty on 90%")

@@ -141,7 +141,7 @@ def judged(effect: dict, summary: dict) -> tuple[list, str]:
     if verdict == "pass" and effect.get("calibrated"):  # in band because a parameter was fitted to this source
         verdict = "calibrated"
     if verdict != "not measured" and out_of_regime(effect, summary):
-        verdict = "out of regime" if verdict == "pass" else "FAIL (out of regime)"
+        verdict = "out of regime" if verdict in ("pass", "calibrated") else "FAIL (out of regime)"
     return vals, verdict
 
 
