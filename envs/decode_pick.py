@@ -6,7 +6,8 @@ BalanceRoute (baselines/balance_route.py) runs one loop per step boundary: the o
 (Stage 1); then the worker is chosen again. In the default formulation (`action="worker"`) the agent places
 one offered request on one of N workers, so that loop is spread over many decisions none of which is BR-0's.
 Here the env runs the loop's worker choice and the agent makes the choice inside it: for the named worker w
-it picks one of K candidates at a time (the K oldest pooled requests; in Stage 1 the K pooled requests that
+it picks one of K candidates at a time (the K oldest pooled requests when its turn starts, less those it
+took; in Stage 1 the K pooled requests that
 score best for w), then says DONE (w is chosen again or another worker takes its turn) or END (no more
 admissions this step). BR-0's decision is a few easy actions: its subset, one candidate at a time, then DONE;
 the candidates carry its score F_w(load) = min(load, m_w) - (N - 1) max(0, load - m_w) as a feature.
@@ -137,7 +138,7 @@ class Picker(DecodeRouter):
         self.w = -1  # no turn in progress
 
     def _candidates(self, sim, inst: int) -> None:
-        """The named worker's candidates: the K oldest pooled requests (Stage 2) or the K that score best
+        """The named worker's candidates: the K oldest pooled requests at its turn's start (Stage 2) or the K that score best
         for it (Stage 1); their loads and BR-0 scores F_w(load) against today's margins."""
         d = sim.decode[inst]
         kv = d.kv
@@ -150,8 +151,12 @@ class Picker(DecodeRouter):
             f = np.where(loads <= d.kv_cap[self.w] - kv[self.w], f, -np.inf)
             top = np.argsort(-f, kind="stable")[: self.window]
             rids, loads = rids[top], loads[top]
+        elif self.took == 0:  # a turn's window is fixed at its start, as BR-0 chooses its subset from one window
+            rids = self._turn = np.fromiter(islice(sim.pool, self.window), dtype=np.int64)
+            loads = sim.req.prompt[rids] + sim.req.done[rids]
         else:
-            rids = np.fromiter(islice(sim.pool, self.window), dtype=np.int64)
+            pool = sim.pool
+            rids = np.array([r for r in self._turn.tolist() if r in pool], dtype=np.int64)
             loads = sim.req.prompt[rids] + sim.req.done[rids]
         self.cand, self.loads = rids, loads
         self.scores = score.many(loads.astype(np.float64)) if len(rids) else np.zeros(0)
