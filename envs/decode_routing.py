@@ -17,6 +17,7 @@ from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.decode_pick import Picker, br0_action
 from pdgym.envs.features import Feature, Layout, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
@@ -29,6 +30,7 @@ from pdgym.envs.sim.validation import check_bool, check_choice, check_float, che
 ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
 MAX_EPISODE_STEPS = POINTS["decode"].max_episode_steps
 ORDERS = ("length", "arrival")
+ACTIONS = ("worker", "pick")  # the formulations: place the offered request on a worker | pick the named worker's requests
 REWARDS = ("idle", "throughput")
 
 
@@ -101,7 +103,8 @@ class _Router(DecodeRouter):
 
     def __init__(self, order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
                  horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
-                 skip: bool = True):
+                 skip: bool = True, action: str = "worker"):
+        check_choice(action, "env.action", ACTIONS[:1])  # action="pick" builds a Picker (envs/decode_pick.py)
         self.skip = check_bool(skip, "env.skip")
         check_choice(order, "env.order", ORDERS)
         self.order = order
@@ -266,17 +269,18 @@ class _EnvAdapter(_Router):
             sim.pause()
 
 
-class AgentPolicy(_Router):
-    """A trained agent as a DecodeRouter: predict(obs, mask) -> action at every decision.
+class _PickAdapter(Picker):
+    """The pick formulation inside the env: a decision pauses the simulator until env.step supplies the action."""
 
-    Takes the env's keyword arguments and ignores the scenario-level ones (the simulator running this
-    policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` runs through `simulate()`
-    exactly like a baseline. A masked action (possible with an unmasked model) ends the boundary if
-    allowed, else goes to the least-loaded worker that fits; `invalid_actions` counts them.
-    """
+    def route(self, sim, inst):
+        if self.next_decision(sim, inst):
+            sim.pause()
 
-    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
+
+class _Agent:
+    """predict(obs, mask) -> action at every decision of a core (either formulation)."""
+
+    def _bind(self, predict: Callable[[np.ndarray, np.ndarray], int]) -> None:
         self.predict = predict
         self.invalid_actions = 0
 
@@ -291,6 +295,32 @@ class AgentPolicy(_Router):
                                     lambda m=m: self.default_action(sim, m))
             self.invalid_actions += bad
             self.apply(sim, a)
+
+
+class _PickAgent(_Agent, Picker):
+    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
+        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
+        self._bind(predict)
+
+
+class AgentPolicy(_Agent, _Router):
+    """A trained agent as a DecodeRouter: predict(obs, mask) -> action at every decision.
+
+    Takes the env's keyword arguments and ignores the scenario-level ones (the simulator running this
+    policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` runs through `simulate()`
+    exactly like a baseline; with `action="pick"` it is the pick formulation's agent (envs/decode_pick.py).
+    A masked action (possible with an unmasked model) becomes the formulation's default action (worker:
+    END if allowed, else the least-loaded worker that fits); `invalid_actions` counts them.
+    """
+
+    def __new__(cls, predict=None, **env_kwargs):
+        if env_kwargs.get("action") == "pick":
+            return _PickAgent(predict, **env_kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
+        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
+        self._bind(predict)
 
 
 class _StepMeter:
@@ -352,6 +382,13 @@ class DecodeRoutingEnv(PdgymEnv):
     Invalid actions: {rule} Here the default action is END when allowed, else the least-loaded worker
     that fits.
 
+    `action="pick"` (envs/decode_pick.py) is the other formulation: the env names the worker whose turn it
+    is, as BalanceRoute's loop does (most free slots, then the largest safe margin), and the agent picks its
+    requests among K = `window` candidates (the K oldest pooled requests; while more than `stage1_free` of
+    the slots are free, the K that score best for it), then says DONE or END: `Discrete(window + 2)`, an
+    observation of one row per candidate (its load, BR-0's score F_w(load), whether it fits, the margin
+    after it, its age). BR-0 played through it is BR-0 (`teacher_action`, tested: identical runs).
+
     ## Observation Space
 
     `Box(low, high, (G + R max_workers,), float32)`, [global (G = 12 entries) | one row of R entries per worker],
@@ -398,7 +435,8 @@ class DecodeRoutingEnv(PdgymEnv):
     `reward` ("idle" | "throughput"), `reward_scale` (1.0); other points: `prefill` ("round_robin"),
     `batching` (None); observation and actions (the policy core's, also taken by AgentPolicy):
     `order` ("length"), `max_workers` (None: the tier's), `token_scale` (1024.0), `horizon_features`
-    (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True).
+    (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True), `action`
+    ("worker" | "pick"; with "pick": `window` (12), `stage1_free` (0.25), `max_workers`, `token_scale`).
 
     {torch}
 
@@ -433,7 +471,9 @@ class DecodeRoutingEnv(PdgymEnv):
             raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
 
     def _make_core(self, options):
-        return make_core(_EnvAdapter, options, self.env_keys())  # env keys: named in an unknown-option error
+        check_choice(options.get("action", "worker"), "env.action", ACTIONS)
+        pick = options.get("action") == "pick"
+        return make_core(_PickAdapter if pick else _EnvAdapter, options, self.env_keys())  # env keys: in its errors
 
     def _size_core(self, probe):
         self.core.bind_size(max(d.dp for d in probe.decode))
@@ -503,6 +543,8 @@ class DecodeRoutingEnv(PdgymEnv):
         sim, r = self.sim, self.core
         if self._done:
             return r.end
+        if isinstance(r, Picker):
+            return self._pick_teacher(teacher)
         if self._teacher is None or self._teacher[0] is not teacher:
             teacher.reset(sim)
             self._teacher = (teacher, None, {})
@@ -522,6 +564,17 @@ class DecodeRoutingEnv(PdgymEnv):
         if w is not None and m[w]:
             return int(w)
         return r.default_action(sim, m)
+
+    def _pick_teacher(self, teacher: DecodeRouter) -> int:
+        """The pick formulation's teacher: BR-0 only, whose action is computed from the state (br0_action)."""
+        if getattr(teacher, "name", None) != "br0":
+            raise ConfigError(f"agent.bc.teacher: the pick formulation (env.action=pick) clones br0, not "
+                              f"{getattr(teacher, 'name', teacher)!r}")
+        r = self.core
+        key = (r.inst, self.sim.decode[r.inst].steps, self.sim.now, r.w)
+        if self._teacher is None or self._teacher[0] != key or r.took == 0:
+            self._teacher = (key, [])
+        return br0_action(r, self.sim, self._mask, self._teacher[1])
 
     # -------------------------------------------------------------- helpers
     def _end_only(self) -> np.ndarray:

@@ -385,6 +385,14 @@ def test_bc_warm_start_through_the_routing_env(tmp_path):
     assert s["bc"]["val_accuracy"] > binom.isf(1e-6, n_val, null) / n_val, (s["bc"], null)
 
 
+def test_total_timesteps_zero_keeps_the_clone_as_the_agent(tmp_path):
+    s = train_from_overrides([*TINY, "agent=bc_maskable_ppo", "agent.bc.episodes=2", "agent.bc.max_steps=200",
+                              "agent.bc.epochs=2", "total_timesteps=0"], tmp_path)
+    assert s["timesteps"] == 0 and s["bc"]["samples"] == 200
+    steps = pd.read_csv(tmp_path / "eval_history.csv").timesteps.tolist()
+    assert steps == [0] and (tmp_path / "final_model.zip").is_file() and (tmp_path / "best_model.zip").is_file()
+
+
 def test_composition_recipe_clones_a_teacher_given_as_a_spec_and_saves_reward_only_normalisation(tmp_path):
     """experiment=prefill_composition_bc_ppo: the teacher is {name: sbs, compose: length}; normalize reward only
     (SB3 then keeps no observation statistics) saves, reloads and acts like the teacher it cloned."""

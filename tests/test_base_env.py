@@ -246,7 +246,7 @@ def test_action_meanings_and_obs_layout(name):
     ({"overrides": "workload.num_requests=100"}, "env.overrides: got 'workload"),  # a string, not a list
     ({"overrides": 5}, "env.overrides"),
     ({"config": [1, 2]}, "env.config"),
-    ({"bogus": 1}, "allowed: batching, config, horizon"),  # the env's own keys are named too
+    ({"bogus": 1}, "allowed: action, batching, config, horizon"),  # the env's own keys are named too
 ])
 def test_env_kwargs_of_the_wrong_kind_are_one_line(kw, msg):
     with pytest.raises(ConfigError) as e:

@@ -126,10 +126,10 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     agent = build(AgentSchema, data.get("agent") or {}, "agent")
     if app.vec_env not in ("dummy", "subproc"):
         raise ConfigError(f"vec_env: got {app.vec_env!r}; allowed: dummy, subproc")
-    for k in ("total_timesteps", "n_envs", "torch_threads", "max_segments"):
+    for k in ("n_envs", "torch_threads", "max_segments"):
         if getattr(app, k) < 1:
             raise ConfigError(f"{k}: got {getattr(app, k)}; must be >= 1")
-    for k in ("checkpoint_freq", "log_freq", "seed"):
+    for k in ("total_timesteps", "checkpoint_freq", "log_freq", "seed"):  # total_timesteps=0: the BC clone only
         if getattr(app, k) < 0:
             raise ConfigError(f"{k}: got {getattr(app, k)}; must be >= 0")
     if app.eval.freq < 0:

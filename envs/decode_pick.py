@@ -1,0 +1,259 @@
+"""DecodeRouting's pick formulation (`action="pick"`): the env names the worker, the agent picks its requests.
+
+BalanceRoute (baselines/balance_route.py) runs one loop per step boundary: the open worker keyed highest by
+(free slots, safe margin m_w = L_max - L_w) takes the best-scoring subset of the K oldest pooled requests
+(Stage 2), or, while more than `stage1_free` of the slots are free, the single best request of the whole pool
+(Stage 1); then the worker is chosen again. In the default formulation (`action="worker"`) the agent places
+one offered request on one of N workers, so that loop is spread over many decisions none of which is BR-0's.
+Here the env runs the loop's worker choice and the agent makes the choice inside it: for the named worker w
+it picks one of K candidates at a time (the K oldest pooled requests when its turn starts, less those it
+took; in Stage 1 the K pooled requests that
+score best for w), then says DONE (w is chosen again or another worker takes its turn) or END (no more
+admissions this step). BR-0's decision is a few easy actions: its subset, one candidate at a time, then DONE;
+the candidates carry its score F_w(load) = min(load, m_w) - (N - 1) max(0, load - m_w) as a feature.
+
+`Picker` is the policy core the env and its AgentPolicy share (observation, mask, actions); `br0_action`
+is BR-0's own action in this formulation (behaviour cloning: exact, computed from the state, no dry run).
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import numpy as np
+from gymnasium import spaces
+from pdgym.baselines.balance_route import Score, best_subset
+from pdgym.envs.features import Feature, Layout
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.validation import check_choice, check_float, check_int
+
+
+class _Obs:
+    """What the features of one observation read, computed once (`Picker.observe`)."""
+
+    __slots__ = ("core", "sim", "d", "n", "B", "ts", "S", "kv", "lmax", "mask")
+
+
+def _cand(o: _Obs, values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64)[: len(o.core.cand)]
+
+
+GLOBAL = (
+    Feature("pool", lambda o: len(o.sim.pool) / (o.n * o.B), 0, 8, "pool size / (N B)"),
+    Feature("stage1", lambda o: float(o.core.stage1), 0, 1, "Stage 1 (more than stage1_free of the slots free)"),
+    Feature("w_free", lambda o: float(o.B - o.d.batch[o.core.w]) / o.B, 0, 1, "the named worker's free slots / B"),
+    Feature("w_margin", lambda o: (o.lmax - o.kv[o.core.w]) / o.S, 0, 8, "its safe margin (L_max - L_w) / S"),
+    Feature("l_max", lambda o: o.lmax / o.S, 0, 8, "L_max / S"),
+    Feature("l_mean", lambda o: float(o.kv.mean()) / o.S, 0, 8, "mean L_w / S"),
+    Feature("free_slots", lambda o: float((o.B - o.d.batch).sum()) / (o.n * o.B), 0, 1,
+            "free-slot fraction of the instance"),
+    Feature("took", lambda o: o.core.took / o.B, 0, 8, "requests the named worker took in this turn / B"),
+    Feature("admitted", lambda o: o.core.n_admitted / o.B, 0, 8, "admissions this boundary / B"),
+    Feature("workers", lambda o: o.n / o.core.max_workers, 0, 1, "N / max_workers"),
+    Feature("done_allowed", lambda o: float(o.mask[o.core.done]), 0, 1, "DONE allowed"),
+    Feature("end_allowed", lambda o: float(o.mask[o.core.end]), 0, 1, "END allowed"),
+)
+ROW = (
+    Feature("present", lambda o: [1.0] * len(o.core.cand), 0, 1, "candidate k present (0 on padding rows)"),
+    Feature("load", lambda o: o.core.loads / (4 * o.ts), 0, 8, "its load (prompt + tokens produced) / (4 token_scale)"),
+    Feature("fits", lambda o: o.mask[: len(o.core.cand)], 0, 1, "the named worker can take it (its mask bit)"),
+    Feature("score", lambda o: o.core.scores / (4 * o.ts), -8, 8, "BR-0's score F_w(load) / (4 token_scale)"),
+    Feature("best", lambda o: _cand(o, o.core.scores == o.core.scores[o.mask[: len(o.core.cand)]].max())
+            if o.mask[: len(o.core.cand)].any() else None, 0, 1, "the best score of the fitting candidates"),
+    Feature("margin_after", lambda o: (o.lmax - o.kv[o.core.w] - o.core.loads) / (4 * o.ts), -8, 8,
+            "the worker's margin after it (m_w - load) / (4 token_scale)"),
+    Feature("done", lambda o: o.sim.req.done[o.core.cand] / o.ts, 0, 8, "tokens it produced / token_scale"),
+    Feature("age", lambda o: o.sim.now - o.sim.req.arrival[o.core.cand], 0, 8, "time since its arrival (s)"),
+)
+
+
+class Picker(DecodeRouter):
+    """The pick formulation's observation / action code, shared by the env and its AgentPolicy.
+
+    Actions: k < K admits candidate k to the named worker w; K (DONE) ends w's turn (allowed once it took a
+    request: every turn admits, so a boundary always ends); K + 1 (END) closes admissions until the next step
+    (allowed while the instance runs a request). A turn also ends when w is full, nothing fits it, or after one
+    request in Stage 1 (BR-0's Stage 1 takes one request per turn). A worker that nothing fits is closed for
+    the boundary; the boundary ends when no worker is open or the pool is empty.
+    """
+
+    name = "agent"
+
+    def __init__(self, action: str = "pick", window: int = 12, stage1_free: float = 0.25,
+                 max_workers: int | None = None, token_scale: float = 1024.0):
+        check_choice(action, "env.action", ("pick",))
+        self.window = check_int(window, "env.window", 1)
+        self.stage1_free = check_float(stage1_free, "env.stage1_free", 0, 1)
+        self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
+        self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
+        self.skip = False  # the worker formulation's SKIP does not exist here
+
+    # -------------------------------------------------------------- spaces
+    def bind_size(self, n_workers: int) -> None:
+        if self.max_workers is None:
+            self.max_workers = n_workers
+        if n_workers > self.max_workers:
+            raise ConfigError(f"env.max_workers: got {self.max_workers}; the decode instances have {n_workers} "
+                              "workers")
+        self.layout = Layout(GLOBAL, ROW, self, {}, self.window)
+        self.done, self.end = self.window, self.window + 1
+        self.n_actions = self.window + 2
+
+    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
+        return self.layout.box(), spaces.Discrete(self.n_actions)
+
+    @property
+    def obs_layout(self) -> dict:
+        return self.layout.obs_layout
+
+    def action_meanings(self) -> list[str]:
+        return [f"candidate {k}" for k in range(self.window)] + ["DONE", "END"]
+
+    def default_action(self, sim, mask: np.ndarray) -> int:
+        """DONE when allowed, else END when allowed, else the best-scoring candidate that fits."""
+        if mask[self.done]:
+            return self.done
+        if mask[self.end]:
+            return self.end
+        fit = mask[: len(self.cand)]
+        return int(np.argmax(np.where(fit, self.scores, -np.inf)))
+
+    # -------------------------------------------------------------- life cycle
+    def reset(self, sim):
+        self.bind_size(max(d.dp for d in sim.decode))
+        self._boundary = None
+        self._closed = set()
+        self.head: int | None = None  # the first candidate while a decision is pending (None: none)
+        self.inst = 0
+        self.n_admitted = 0
+        self.w = -1
+        self.cand = np.zeros(0, dtype=np.int64)
+
+    def _open(self, sim, inst: int, key: tuple) -> None:
+        d = sim.decode[inst]
+        self._boundary = key
+        self.n_admitted = 0
+        self.shut = np.zeros(d.dp, dtype=bool)  # workers closed for this boundary (nothing fits them)
+        self.w = -1  # no turn in progress
+
+    def _candidates(self, sim, inst: int) -> None:
+        """The named worker's candidates: the K oldest pooled requests at its turn's start (Stage 2) or the K that score best
+        for it (Stage 1); their loads and BR-0 scores F_w(load) against today's margins."""
+        d = sim.decode[inst]
+        kv = d.kv
+        m = float(kv.max() - kv[self.w])
+        score = Score(np.array([m]), np.ones(1), 1.0, float(d.dp - 1))
+        if self.stage1:
+            rids = np.fromiter(sim.pool, dtype=np.int64, count=len(sim.pool))
+            loads = sim.req.prompt[rids] + sim.req.done[rids]
+            f = score.many(loads.astype(np.float64))
+            f = np.where(loads <= d.kv_cap[self.w] - kv[self.w], f, -np.inf)
+            top = np.argsort(-f, kind="stable")[: self.window]
+            rids, loads = rids[top], loads[top]
+        elif self.took == 0:  # a turn's window is fixed at its start, as BR-0 chooses its subset from one window
+            rids = self._turn = np.fromiter(islice(sim.pool, self.window), dtype=np.int64)
+            loads = sim.req.prompt[rids] + sim.req.done[rids]
+        else:
+            pool = sim.pool
+            rids = np.array([r for r in self._turn.tolist() if r in pool], dtype=np.int64)
+            loads = sim.req.prompt[rids] + sim.req.done[rids]
+        self.cand, self.loads = rids, loads
+        self.scores = score.many(loads.astype(np.float64)) if len(rids) else np.zeros(0)
+        self.fit = loads <= d.kv_cap[self.w] - kv[self.w]
+
+    def next_decision(self, sim, inst: int) -> bool:
+        """Name the worker whose turn it is and its candidates; False when this boundary has no decision left
+        (boundaries as in the worker formulation: (instance, step count, time), reopened for an idle instance)."""
+        d = sim.decode[inst]
+        key = (inst, d.steps, sim.now)
+        reopen = key in self._closed
+        if reopen and d.batch.any():
+            return False
+        if reopen or self._boundary != key:
+            self._open(sim, inst, key)
+        self.inst = inst
+        while sim.pool:
+            if self.w >= 0 and d.batch[self.w] < d.batch_limit and not (self.stage1 and self.took):
+                self._candidates(sim, inst)
+                if self.fit.any():
+                    self.head = int(self.cand[0])
+                    return True
+                if not self.took:
+                    self.shut[self.w] = True
+            self.w = -1
+            free = (d.batch_limit - d.batch).astype(np.int64)
+            open_ = (free > 0) & ~self.shut
+            if not open_.any():
+                break
+            margin = d.kv.max() - d.kv
+            self.w = int(np.argmax(np.where(open_, free * 1e12 + margin, -np.inf)))
+            self.stage1 = int(free.sum()) > self.stage1_free * d.dp * d.batch_limit
+            self.took = 0
+        self.close(sim, inst)
+        return False
+
+    def close(self, sim, inst: int) -> None:
+        self._closed = {k for k in self._closed if k[0] != inst}
+        self._closed.add((inst, sim.decode[inst].steps, sim.now))
+        self.head = None
+        self.w = -1
+
+    def mask(self, sim) -> np.ndarray:
+        m = np.zeros(self.n_actions, dtype=bool)
+        m[: len(self.cand)] = self.fit
+        m[self.done] = self.took > 0
+        m[self.end] = bool(sim.decode[self.inst].batch.any())
+        return m
+
+    def apply(self, sim, action: int) -> None:
+        a = int(action)
+        if a == self.end:
+            self.close(sim, self.inst)
+            return
+        if a == self.done:
+            self.w = -1
+            self.head = None
+            return
+        if not (0 <= a < len(self.cand)) or not self.fit[a] or not sim.admit(int(self.cand[a]), self.inst, self.w):
+            raise ValueError(f"DecodeRouting(action=pick): action {a} is masked (no such candidate or it does not fit)")
+        self.took += 1
+        self.n_admitted += 1
+        self.head = None
+
+    # -------------------------------------------------------------- observation
+    def observe(self, sim, mask: np.ndarray) -> np.ndarray:
+        o = _Obs()
+        o.core, o.sim, o.mask = self, sim, mask
+        o.d = d = sim.decode[self.inst]
+        o.n, o.B, o.ts = d.dp, d.batch_limit, self.token_scale
+        o.S = o.B * o.ts
+        o.kv = d.kv.astype(np.float64)
+        o.lmax = float(o.kv.max())
+        return self.layout.build(o, len(self.cand))
+
+
+def br0_action(core: Picker, sim, mask: np.ndarray, plan: list) -> int:
+    """BR-0's action in the pick formulation (baselines/balance_route.py, `window` and `stage1_free` as the
+    core's): at the start of a turn, the best subset of the candidates for the named worker (Stage 2; Stage 1:
+    the single best, the first candidate); then its members one at a time, the best-scoring first, then DONE.
+    `plan` holds the turn's remaining subset (request ids) between calls: the caller keeps it per turn."""
+    if core.took == 0:
+        d = sim.decode[core.inst]
+        if core.stage1:
+            chosen = [int(np.argmax(np.where(core.fit, core.scores, -np.inf)))]
+        else:
+            m = float(d.kv.max() - d.kv[core.w])
+            score = Score(np.array([m]), np.ones(1), 1.0, float(d.dp - 1))
+            sizes = [int(x) for x in core.loads]
+            room = int(d.kv_cap[core.w] - d.kv[core.w])
+            chosen, best = best_subset(sizes, int(d.batch_limit - d.batch[core.w]), room, score)
+            if chosen and best <= 0 and len(chosen) > 1:
+                chosen, _ = best_subset(sizes, 1, room, score)
+        plan[:] = [int(core.cand[i]) for i in chosen]
+    left = [i for i, r in enumerate(core.cand) if int(r) in plan and mask[i]]
+    if not left:
+        return core.done if mask[core.done] else core.default_action(sim, mask)
+    k = max(left, key=lambda i: (core.scores[i], -i))
+    plan.remove(int(core.cand[k]))
+    return int(k)

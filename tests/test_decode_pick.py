@@ -1,0 +1,94 @@
+"""DecodeRouting's pick formulation (action="pick", envs/decode_pick.py): BR-0's round is a sequence of its actions.
+
+The claim it exists for: BR-0 played through the env, one action at a time from `teacher_action`, makes BR-0's
+own run (identical request tables, an independent run of the registered router on the same seed), on a tier
+with a pool to choose from (Stage 2 subsets) and at the start (Stage 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pdgym.baselines import make_policy
+from pdgym.envs.decode_routing import AgentPolicy, make_env
+from pdgym.envs.sim import ConfigError, SimResult, simulate
+
+# 3.5 x the tier's ~111 req/s: the pool grows to hundreds, so Stage 2 chooses subsets of a full window
+SATURATED = ["workload.num_requests=1200", "workload.rate=400", "workload.output.max=512"]
+
+
+def _play_br0(scenario: str, overrides: list[str]):
+    env = make_env(scenario=scenario, overrides=overrides, action="pick", trace_split=None, stall_s=None)
+    env.reset(seed=3)
+    teacher = make_policy("decode", "br0")
+    n, done_actions = 0, 0
+    while True:
+        a = env.teacher_action(teacher)
+        assert env.action_masks()[a]
+        done_actions += a == env.core.done
+        _, _, term, trunc, info = env.step(a)
+        n += 1
+        if term or trunc:
+            return env, n, done_actions, info
+
+
+@pytest.mark.parametrize("scenario, overrides", [("decode_tier_ht_n8", SATURATED),
+                                                 ("decode_tier_n8", ["workload.num_requests=300"])])
+def test_br0_through_the_pick_formulation_is_br0(scenario, overrides):
+    env, n, done_actions, info = _play_br0(scenario, overrides)
+    sim = env.sim
+    ref = simulate(sim.cfg, {"prefill": make_policy("prefill", env.prefill_spec), "decode": make_policy("decode", "br0")},
+                   seed=sim.seed)
+    assert SimResult(sim).requests.equals(ref.requests)
+    assert info["invalid_actions"] == 0 and n >= sim.req.n  # one pick per request, plus the DONEs
+
+
+def test_a_saturated_tier_exercises_both_stages_and_subsets():
+    env = make_env(scenario="decode_tier_ht_n8", overrides=SATURATED, action="pick", trace_split=None, stall_s=None)
+    env.reset(seed=3)
+    teacher = make_policy("decode", "br0")
+    stages, multi_pick_turns, took = set(), 0, 0
+    while True:
+        core = env.core
+        stages.add(bool(core.stage1))
+        a = env.teacher_action(teacher)
+        if a == core.done:
+            multi_pick_turns += took >= 2
+        took = core.took + (a < core.window)
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    assert stages == {True, False} and multi_pick_turns > 0
+
+
+def test_pick_spaces_mask_and_agent_policy():
+    env = make_env(scenario="decode_tier_n8", overrides=["workload.num_requests=100"], action="pick", window=8)
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.n == 8 + 2 and env.get_action_meanings()[-2:] == ["DONE", "END"]
+    assert env.observation_space.contains(obs) and env.obs_layout["n_slots"] == 8
+    m = env.action_masks()
+    assert m[:8].any() and not m[env.core.done]  # DONE only after the named worker took a request
+
+    def best_then_done(obs, mask):  # the best-scoring candidate that fits; DONE once allowed
+        if mask[-2]:
+            return len(mask) - 2
+        score = obs.reshape(-1)[12:].reshape(8, -1)[:, 3]
+        return int(np.argmax(np.where(mask[:8], score, -np.inf)))
+
+    pol = AgentPolicy(best_then_done, action="pick", window=8)
+    assert type(pol).__name__ == "_PickAgent"
+    cfg = env.sim_config
+    res = simulate(cfg, {"prefill": make_policy("prefill", "round_robin"), "decode": pol}, seed=1)
+    assert (res.requests.status == "finished").all() and pol.invalid_actions == 0
+
+
+def test_bad_pick_options_are_one_line():
+    with pytest.raises(ConfigError, match=r"env\.action: got 'pointer'; allowed: worker, pick"):
+        make_env(action="pointer")
+    with pytest.raises(ConfigError, match=r"env\.order: unknown option"):
+        make_env(action="pick", order="length")
+    with pytest.raises(ConfigError, match=r"env\.window: "):
+        make_env(action="pick", window=0)
+    env = make_env(scenario="decode_tier_n8", overrides=["workload.num_requests=50"], action="pick")
+    env.reset(seed=0)
+    with pytest.raises(ConfigError, match="clones br0"):
+        env.teacher_action(make_policy("decode", "least_kv"))
