@@ -57,11 +57,14 @@ def test_teacher_actions_reproduce_cache_ttft_exactly_and_are_the_zero_est_gap_u
     env = make_env(scenario=SCEN, overrides=OVER, mode="route")
     teacher = make_policy("prefill", "cache_ttft")
     obs, _ = env.reset(seed=2)
-    done, n, checked_hits = False, 0, 0
+    done, n, checked_hits, same = False, 0, 0, 0
     while not done:
         a = env.teacher_action(teacher)
         rows = _rows(env, obs)
         assert rows[a, _col("est_gap")] == pytest.approx(0.0, abs=1e-6)  # its choice minimises the row estimate
+        p = int(np.argmax(rows[:, _col("pick")]))  # the flagged unit is its choice, up to its rotating tie-break
+        assert p == a or (rows[p, _col("est_gap")] == 0.0 and rows[p, _col("hit")] == rows[a, _col("hit")])
+        same += p == a
         rid = next(iter(env.sim.buffer))
         inst, d = divmod(a, 8)
         hit = env.sim.prefix_hit(rid, inst, d)  # the simulator's own read of that unit's cache
@@ -70,6 +73,7 @@ def test_teacher_actions_reproduce_cache_ttft_exactly_and_are_the_zero_est_gap_u
         obs, _, term, trunc, info = env.step(a)
         done, n = term or trunc, n + 1
     assert n == 150 and checked_hits > 10  # one decision per request; warm caches do hit
+    assert same > 0.8 * n  # rotation ties are the exception
     ref = simulate(load_scenario(SCEN, OVER).sim, {"prefill": make_policy("prefill", "cache_ttft")}, env.sim.seed)
     got, want = info["summary"], ref.summary()
     assert got["ttft_mean"] == want["ttft_mean"] and got["prefix_hit_ratio"] == want["prefix_hit_ratio"]
