@@ -3,7 +3,7 @@
 `PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
 shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`); its reward is
 envs/wait_meter.py's; a baseline scheduler teaches (behaviour cloning) through the shadow
-simulator `DispatchRecorder` (envs/shadow.py).
+simulator `DispatchRecorder` (envs/shadow.py). Route mode's core lives in envs/prefix_route.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pdgym.baselines.sbs import SBS
 from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, table
+from pdgym.envs.prefix_route import RouteAgent, RouteEnvAdapter
 from pdgym.envs.shadow import DispatchRecorder
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
@@ -30,7 +31,7 @@ from pdgym.envs.wait_meter import WaitMeter
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = POINTS["prefill"].max_episode_steps
-MODES = ("timing", "allocation", "composition")
+MODES = ("timing", "allocation", "composition", "route")  # route: envs/prefix_route.py
 CLIP = 5.0
 _LOG256 = math.log1p(256)
 
@@ -457,6 +458,10 @@ class AgentPolicy(_Core):
     (INVALID_ACTION_RULE, default hold); `invalid_actions` counts them.
     """
 
+    def __new__(cls, predict, **env_kwargs):  # mode="route": the route core's agent (envs/prefix_route.py)
+        return (make_core(RouteAgent, {**env_kwargs, "predict": predict}, PrefillDispatchEnv.env_keys())
+                if env_kwargs.get("mode") == "route" else super().__new__(cls))
+
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
         make_core(super().__init__, env_kwargs, PrefillDispatchEnv.env_keys())
         self.predict = predict
@@ -475,13 +480,12 @@ class AgentPolicy(_Core):
 class PrefillDispatchEnv(PdgymEnv):
     """## Description
 
-    The agent is the global prefill scheduler of a P/D-disaggregated cluster (the SBS / PBAA setting,
-    ALGORITHMS.md s2-3): requests wait in the scheduler's buffer, and the agent decides when to release
-    them to which prefill instance (and, in allocation mode, to which DP unit). Decode runs a configured
-    baseline router. Decision epochs: a request arrives (or bounces back), an instance reports
-    EndForward, the instance set changes, and a tick every `tick_s` seconds while requests are
-    buffered; epochs with an empty buffer are skipped (there is nothing to decide). Everything the
-    agent sees is what a real scheduler knows (`pdgym.baselines.pbaa.CapacityModel`).
+    The agent is the global prefill scheduler of a P/D-disaggregated cluster (the SBS / PBAA setting, ALGORITHMS.md
+    s2-3): requests wait in the scheduler's buffer, and the agent decides when to release them to which prefill
+    instance (and, in allocation mode, to which DP unit). Decode runs a configured baseline router. Decision epochs:
+    a request arrives (or bounces back), an instance reports EndForward, the instance set changes, and a tick every
+    `tick_s` seconds while requests are buffered; epochs with an empty buffer are skipped (there is nothing to
+    decide). Everything the agent sees is what a real scheduler knows (`pdgym.baselines.pbaa.CapacityModel`).
 
     One env per scenario: `gym.make("pdgym/PrefillDispatch-v0", scenario="ds_v3_h800_3p1d_long")`;
     the disaggregated scenarios of `pdgym.envs.scenario.scenario_names()` apply (ds_v3_h800_3p1d,
@@ -500,57 +504,57 @@ class PrefillDispatchEnv(PdgymEnv):
     decision comes at each of its releases: 0 sends the whole buffer (what SBS does), 1 its short prompts,
     2 its long prompts, split at the median prompt of the last 256 arrivals (pdgym.baselines.length_classes:
     a pass lasts as long as its longest DP unit, so short prompts released with a long one wait for it).
+    `mode="route"` (envs/prefix_route.py: its observation table, no other option): `Discrete(N D)`, no hold; each
+    arrival is one decision, i D + d sends it at once to unit d of instance i (healthy instances); one observation
+    row per unit (N D rows): the candidate's cached-prefix hit there, backlog, pass state, cache occupancy.
     `action_masks()`: hold is always allowed; an instance (timing) or a unit (allocation) when health
     checks call it healthy and, with `mask_full` (default), it has capacity (C_avail > 0 on some unit /
     on that unit); skip while another candidate follows; in composition mode a class when it has a
     buffered request. `get_action_meanings()` names each action.
 
-    Invalid actions: {rule} Here the default action is hold.
+    Invalid actions: {rule} Here the default action is hold (route: the least-loaded allowed unit).
 
     ## Observation Space
 
     `Box(low, high, (G + N R,), float32)`, [global (G entries) | one row of R entries per instance], G = 12 + 3 K
-    (+ N D with `cache_aware`; + 8 + N in composition mode), R = 6 + D, K = `obs_requests`; `obs_layout`
-    describes it and each entry lies in its feature's [min, max]. T_full is the cost model's time of a full-chunk
-    pass (the offline profile), chunk the per-unit token budget. The table is generated from the declaration
-    (GLOBAL, ROW; envs/features.py); an index's [+ ...] term counts only when that optional feature is on.
+    (+ N D with `cache_aware`; + 8 + N in composition mode), R = 6 + D, K = `obs_requests`; `obs_layout` describes
+    it and each entry lies in its feature's [min, max]. T_full is the cost model's time of a full-chunk pass (the
+    offline profile), chunk the per-unit token budget. The table is generated from the declaration (GLOBAL, ROW;
+    envs/features.py); an index's [+ ...] term counts only when that optional feature is on.
 
     {features}
 
     ## Rewards
 
-    For the interval between two decisions, minus the waiting time accrued by every request still
-    waiting for its first token (request-seconds), so an episode's return is minus the sum of all
-    TTFTs; a rejected request waits until its rejection and costs `reject_penalty_s` more (default
-    10 x SLO TTFT); plus `throughput_weight` x first tokens produced in the interval; all divided by
-    `reward_scale`. Decisions at the same instant get 0.
+    For the interval between two decisions, minus the waiting time accrued by every request still waiting for its
+    first token (request-seconds), so an episode's return is minus the sum of all TTFTs; a rejected request waits
+    until its rejection and costs `reject_penalty_s` more (default 10 x SLO TTFT); plus `throughput_weight` x first
+    tokens produced in the interval; all divided by `reward_scale`. Decisions at the same instant get 0.
 
     ## Starting State
 
-    An empty cluster at t = 0; `reset` runs the simulator to the first decision epoch. On a trace
-    workload the episode replays a window of the trace drawn from `trace_split` (default "train");
-    the seed draws the window and the simulator's random streams (see `TraceWindow`).
+    An empty cluster at t = 0; `reset` runs the simulator to the first decision epoch. On a trace workload the
+    episode replays a window of the trace drawn from `trace_split` (default "train"); the seed draws the window and
+    the simulator's random streams (see `TraceWindow`).
 
     ## Episode End
 
-    Terminated when every request of the episode's workload is resolved. Truncated after
-    `max_episode_steps` decisions (registered default {max_steps}; gym.make's TimeLimit) or on a stall:
-    an agent that keeps holding lets no request progress, and after `stall_s` (60) simulated seconds
-    without an output token or a resolved request the episode is truncated with info["stalled"] = True
-    (the waiting cost accrued until then is in the rewards). info carries running metrics (buffered,
-    first_tokens, rejected_waiting, wait_s_total, ttft_mean, decisions, invalid_actions) and, when the env ends the
-    episode (terminated or stalled), the run's `summary` (DESIGN section 5 keys;
-    `env.unwrapped.summary()` after TimeLimit's truncation).
+    Terminated when every request of the episode's workload is resolved. Truncated after `max_episode_steps`
+    decisions (registered default {max_steps}; gym.make's TimeLimit) or on a stall: an agent that keeps holding lets
+    no request progress, and after `stall_s` (60) simulated seconds without an output token or a resolved request
+    the episode is truncated with info["stalled"] = True (the waiting cost accrued until then is in the rewards).
+    info carries running metrics (buffered, first_tokens, rejected_waiting, wait_s_total, ttft_mean, decisions,
+    invalid_actions) and, when the env ends the episode (terminated or stalled), the run's `summary` (DESIGN
+    section 5 keys; `env.unwrapped.summary()` after TimeLimit's truncation).
 
     ## Arguments
 
-    Episode: `scenario` ("ds_v3_h800_3p1d"), `overrides` (Hydra-style, e.g. ["workload.num_requests=600"]),
-    `config` (nested dict merged over it), `trace_split` ("train" | "val" | "test" | None), `stall_s`
-    (60.0), `render_mode` (None | "ansi" | "rgb_array"); reward: `throughput_weight` (0.0),
-    `reject_penalty_s` (None: 10 x SLO TTFT), `reward_scale` (1.0); other points: `decode`, `batching`
-    (None: the scenario's); observation and actions (the policy core's, also taken by AgentPolicy):
-    `mode` ("timing"), `tick_s` (0.02), `obs_requests` (16), `window` (32), `n_limit` (3), `overload`
-    ("reject"), `cache_aware` (False), `mask_full` (True).
+    Episode: `scenario` ("ds_v3_h800_3p1d"), `overrides` (Hydra-style, e.g. ["workload.num_requests=600"]), `config`
+    (nested dict merged over it), `trace_split` ("train" | "val" | "test" | None), `stall_s` (60.0), `render_mode`
+    (None | "ansi" | "rgb_array"); reward: `throughput_weight` (0.0), `reject_penalty_s` (None: 10 x SLO TTFT),
+    `reward_scale` (1.0); other points: `decode`, `batching` (None: the scenario's); observation and actions (the
+    policy core's, also taken by AgentPolicy): `mode` ("timing"), `tick_s` (0.02), `obs_requests` (16), `window`
+    (32), `n_limit` (3), `overload` ("reject"), `cache_aware` (False), `mask_full` (True).
 
     {torch}
 
@@ -591,7 +595,7 @@ class PrefillDispatchEnv(PdgymEnv):
                               "cluster.topology=disaggregated")
 
     def _make_core(self, options):
-        return make_core(_EnvAdapter, options, self.env_keys())  # env keys: named in an unknown-option error
+        return make_core(RouteEnvAdapter if options.get("mode") == "route" else _EnvAdapter, options, self.env_keys())
 
     def _size_core(self, probe):
         self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)

@@ -34,6 +34,10 @@ CASES = {
     "prefill_timing": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"]}),
     "prefill_allocation": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
                                                         "mode": "allocation"}),
+    # route mode on the prefix-cache board scenario, 150 trace rows from a warm point of the Mooncake trace (rate pinned)
+    "prefill_route": ("pdgym/PrefillDispatch-v0", {"scenario": "prefix_mooncake", "mode": "route",
+                                                   "overrides": ["workload.num_requests=150", "workload.trace_offset=4000",
+                                                                 "workload.rate=8.5"]}),
     "batching_phase": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"]}),
     "batching_threshold": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
                                                       "mode": "threshold"}),

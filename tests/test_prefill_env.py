@@ -36,7 +36,7 @@ def random_masked(seed):
     return lambda env, obs, mask: int(rng.choice(np.flatnonzero(mask)))
 
 
-@pytest.mark.parametrize("mode", ["timing", "allocation", "composition"])
+@pytest.mark.parametrize("mode", ["timing", "allocation", "composition", "route"])
 def test_passes_the_gymnasium_and_sb3_checkers(mode):
     env = make_env(overrides=SMALL, mode=mode)
     check_env(env, skip_render_check=True)
@@ -44,7 +44,7 @@ def test_passes_the_gymnasium_and_sb3_checkers(mode):
     lay = env.obs_layout
     assert lay["global_dim"] + lay["n_slots"] * lay["per_slot_dim"] == env.observation_space.shape[0]
     n, d = 3, 8
-    assert env.action_space.n == {"timing": 1 + n, "allocation": 2 + n * d, "composition": 3}[mode]
+    assert env.action_space.n == {"timing": 1 + n, "allocation": 2 + n * d, "composition": 3, "route": n * d}[mode]
 
 
 def test_registered_id_make_vec_and_dummy_vec_env():
