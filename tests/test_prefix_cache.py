@@ -234,3 +234,17 @@ def test_trace_counts_each_units_blocks_and_each_requests_hit():
     assert len(counts) == sum(p.kind == "prefill" for p in passes) and max(counts) == cap and counts[0] == 0
     hits = {e["id"]: e["args"]["prefix_hit"] for e in ev if e.get("ph") == "b" and e["name"].startswith("request ")}
     assert sum(hits.values()) == res.requests.cached.sum() > 0
+
+
+def test_board_headroom_row_carries_its_own_scenario_overrides():
+    from pdgym.agents.evaluation.leaderboard_run import board_scenarios
+
+    entry = {"scenario": "prefix_mooncake", "point": "prefill", "primary": "ttft_mean",
+             "headroom": [{"label": "hindsight", "name": "cache_ttft",
+                           "overrides": ["cluster.prefill.cache_eviction=belady"]}]}
+    (sc,) = board_scenarios({"prefix_mooncake": entry})
+    assert sc.raw()["cluster"]["prefill"]["cache_eviction"] == "lru"
+    assert sc.raw(None, ("cluster.prefill.cache_eviction=belady",))["cluster"]["prefill"]["cache_eviction"] == "belady"
+    bad = {**entry, "headroom": [{"label": "h", "name": "cache_ttft", "overrides": "cluster.prefill.cache_eviction"}]}
+    with pytest.raises(ConfigError, match="headroom.overrides"):
+        board_scenarios({"prefix_mooncake": bad})
