@@ -181,6 +181,8 @@ def request_events(requests: pd.DataFrame, pid: int) -> list[dict]:
     as one 'rejected: REASON' slice."""
     ev = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "requests"}},
           {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    if "cached" not in requests:  # a table from before the prefix cache (or made by hand): no hits
+        requests = requests.assign(cached=0)
     cols = ["id", "arrival", "dispatch", "first_token", "finish", "status", "reason", "prompt", "output", "cached"]
     for rid, arr, disp, first, fin, status, reason, prompt, out, hit in requests[cols].itertuples(index=False):
         if not np.isfinite(arr) or not np.isfinite(fin):
