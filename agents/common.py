@@ -10,6 +10,7 @@ one line (exit 130).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import difflib
@@ -92,6 +93,13 @@ def fail(app: str, msg: str, code: int = 2):
     msg = " ".join(str(msg).split())  # one line, whatever the message held
     print(f"{app}: error: {msg}", file=sys.stderr)
     raise SystemExit(code)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for pdgym's non-Hydra commands: a usage error is one line and exit 2 (`fail`), not a usage block."""
+
+    def error(self, message: str):
+        fail(self.prog, f"{message} (--help lists the arguments)")
 
 
 def show_each_warning_once() -> None:

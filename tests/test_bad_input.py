@@ -173,6 +173,18 @@ OTHERS = [
     ("pdgym-enjoy", ["policy=[1]", "scenario=decode_tier_n16"], "policy: got [1]"),
     ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "progress=maybe"], "progress: got 'maybe'"),
     ("pdgym-eval", ["policy=br0", "seeds=${oc.env:NO_SUCH_PDGYM_VAR}"], "seeds"),
+    # found only when the run bound its policies (SBS on a colocated cluster, a tested baseline's bad parameter):
+    # now before the run folder, which they left with .hydra/ in it
+    ("pdgym-eval", ["policy=sbs", "scenario=coloc_h200_qwen3_8b"], "cluster.topology=disaggregated"),
+    ("pdgym-eval", ["policy={name: br0, window: 0}", "scenario=decode_tier_n16"], "policy.decode.window"),
+    ("pdgym-sim", ["scenario=coloc_h200_qwen3_8b", "policy/prefill=sbs"], "cluster.topology=disaggregated"),
+    ("pdgym-sim", ["scenario=coloc_h200_qwen3_8b", "compare=[{label: a},{label: b, prefill: sbs}]"],
+     "cluster.topology=disaggregated"),
+    ("pdgym-train", ["wandb.mode=bogus"], "wandb.mode"), ("pdgym-train", ["resume=/no/such.zip"], "resume"),
+    ("pdgym-train", ["agent.bc.teacher=nope"], "agent.bc.teacher"),
+    ("pdgym-leaderboard", ["preset=tiny", "scenarios.decode_ht_n16.baselines=[nope]"], "scenarios.decode_ht_n16.baselines"),
+    ("pdgym-leaderboard", ["preset=tiny", "scenarios.decode_ht_n16.headroom=[{label: h, name: nope}]"], "headroom"),
+    ("pdgym-leaderboard", ["out_dir="], "out_dir: empty"),
     ("pdgym-leaderboard", ["split=holdout"], "split"), ("pdgym-leaderboard", ["agents=[/nonexistent/run]"], "agents"),
     ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),
     ("pdgym-leaderboard", ["metrics=[bogus]"], "bogus"), ("pdgym-leaderboard", ["n_jobs=0"], "n_jobs"),
@@ -344,3 +356,23 @@ def test_simulate_with_a_section_of_the_wrong_kind_is_one_line(kwargs, key):
     with pytest.raises(ConfigError) as e:
         simulate(SimConfig(**kwargs), make_policies({}), seed=0)
     assert str(e.value).startswith(f"{key}: ") and "\n" not in str(e.value)
+
+
+# pdgym's argparse commands: a usage error is one line and exit 2, not a usage block
+ARGPARSE = [("pdgym.agents.training.curves", ["--bogus"], "curves.py: error: "),
+            ("pdgym.agents.training.throughput", ["--bogus"], "throughput.py: error: unrecognized arguments: --bogus"),
+            ("pdgym.agents.training.throughput", ["--steps", "x"], "throughput.py: error: argument --steps"),
+            ("pdgym.agents.apps.fidelity", ["--bogus"], "pdgym-fidelity: error: unrecognized arguments"),
+            ("pdgym.agents.apps.fidelity", ["--only"], "pdgym-fidelity: error: ")]
+
+
+@pytest.mark.parametrize("module, argv, want", ARGPARSE, ids=[f"{m.rsplit('.', 1)[1]}:{a[0]}" for m, a, _ in ARGPARSE])
+def test_argparse_usage_error_is_one_line(module, argv, want, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [module.rsplit(".", 1)[1] + ".py"])
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(module).main(argv)
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith(want), captured.err
+    assert "usage:" not in captured.err and os.listdir(tmp_path) == []

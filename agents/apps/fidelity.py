@@ -23,7 +23,6 @@ the effect), not run (the reproduction failed; its error is in the report).
 
 from __future__ import annotations
 
-import argparse
 import importlib.resources
 import json
 import os
@@ -36,7 +35,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.apps import repro
-from pdgym.agents.common import commit_id, fail, show_each_warning_once
+from pdgym.agents.common import OneLineParser, commit_id, fail, show_each_warning_once
 from pdgym.agents.experiments.harness import write_marked
 from pdgym.envs.sim.metrics import write_json
 
@@ -320,7 +319,7 @@ def render(rows: list[dict], results: dict, tiny: bool, evidence: Path, doc_dir:
 
 def main(argv: list[str] | None = None) -> None:
     show_each_warning_once()
-    ap = argparse.ArgumentParser(prog="pdgym-fidelity", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="pdgym-fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="CI sizes (conf/fidelity.yaml tiny overrides)")
     ap.add_argument("--only", default="", help="comma-separated reproductions (default: all)")
     ap.add_argument("--out", default="runs/fidelity", help="output root of the reproductions")

@@ -144,6 +144,9 @@ def check_config(cfg: dict) -> dict:
             E.load_agent(str(a["path"]))
         except (ConfigError, FileNotFoundError) as exc:
             raise ConfigError(f"agents.{a['label']}.path: {exc}") from None
+    if not isinstance(cfg.get("out_dir"), str) or not cfg["out_dir"].strip():
+        raise ConfigError(f"out_dir: {'empty' if cfg.get('out_dir') in ('', None) else repr(cfg['out_dir'])}; give "
+                          "the folder that holds the boards (default runs/leaderboard)")
     latest = Path(str(cfg.get("out_dir"))) / "latest"
     if os.path.lexists(latest) and not latest.is_symlink():
         raise ConfigError(f"out_dir: {latest} exists and is not the board's link; pdgym will not replace it: move it "

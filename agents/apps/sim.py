@@ -73,7 +73,9 @@ def validate(cfg: DictConfig) -> tuple:
             if not cfg.get("compare"):
                 raise
             raise ConfigError(str(e).replace("policy.", f"compare[{i}].", 1)) from None
-    Simulator(sim_cfg, make_policies(specs[0][1]), seed=seed)  # builds instances: capacity checks, no run
+    for _, spec in specs:  # instances built (capacity checks), each set's policies (fresh: a policy keeps per-run
+        # state) bound to them up to the first instant (SBS on a colocated cluster fails here, not mid-run)
+        Simulator(sim_cfg, make_policies(spec), seed=seed).run(until=0.0)
     return seed, tables, sim_cfg, sets
 
 

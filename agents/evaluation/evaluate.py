@@ -659,14 +659,16 @@ def check_not_shadowed(data: dict, cand: Candidate) -> None:
 
 def validate(cfg) -> None:
     """pdgym-eval's validate hook: `checked`, then the first run's simulator is built (its config, trace
-    segment and capacity checks) so a bad simulator value fails before Hydra creates the run folder."""
+    segment and capacity checks), a baseline under test in its place (its parameters, and whether the cluster
+    can run it: SBS on a colocated cluster), so a bad value fails before Hydra creates the run folder."""
     from pdgym.agents.common import sim_config_from, to_container
     from pdgym.baselines import make_policies
 
     data = to_container(cfg)
-    _, seeds, split_name, _, _, others = checked(data)
+    cand, seeds, split_name, _, _, others = checked(data)
     raw, seed = apply_split(data, data["splits"][split_name] if split_name else None, seeds[0])
-    Simulator(sim_config_from(raw), make_policies(others), seed=seed)
+    specs = dict(others, **{cand.point: cand.spec}) if cand.kind == "baseline" else others
+    Simulator(sim_config_from(raw), make_policies(specs), seed=seed).run(until=0.0)  # policies bound to the cluster
 
 
 # Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/common.refuse_unused).

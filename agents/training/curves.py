@@ -9,7 +9,6 @@ the curves were measured on), through the same `simulate()` path as the agent.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -124,10 +123,10 @@ def heuristic_references(run: Path, names: list[str]) -> tuple[str, dict[str, fl
 
 
 def main(argv: list[str] | None = None) -> None:
-    from pdgym.agents.common import fail
+    from pdgym.agents.common import OneLineParser, fail
     from pdgym.agents.evaluation import evaluate as E
 
-    p = argparse.ArgumentParser(description="Learning curves of several pdgym-train runs with heuristic lines.")
+    p = OneLineParser(description="Learning curves of several pdgym-train runs with heuristic lines.")
     p.add_argument("runs", nargs="+", type=Path)
     p.add_argument("--baselines", nargs="*", default=[])
     p.add_argument("--out", type=Path, default=Path("curves.png"))

@@ -9,12 +9,12 @@ cores the machine has free: compare rows of one run, not across machines.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from types import SimpleNamespace
 
 import numpy as np
+from pdgym.agents.common import OneLineParser
 
 
 def _venv(n: int, env_fields: dict):
@@ -56,7 +56,7 @@ def sb3_steps_per_s(venv, steps: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--steps", type=int, default=2048)
     args = p.parse_args(argv)
