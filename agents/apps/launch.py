@@ -19,8 +19,10 @@ def _interrupt_main_instead(default):
     def hook(unraisable) -> None:
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
             import _thread
+            import threading
 
-            _thread.interrupt_main()  # raised again where the main thread can act on it (nothing if SIGINT ignored)
+            # raised again in the main thread, from another thread: raising it here (in the hook) would be lost
+            threading.Thread(target=_thread.interrupt_main, daemon=True).start()
             return
         default(unraisable)
 
