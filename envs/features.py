@@ -94,6 +94,10 @@ class Layout:
         self.size = self.global_dim + n_slots * self.slot_dim
         self.low = np.array(lo + rlo * n_slots, dtype=np.float64)
         self.high = np.array(hi + rhi * n_slots, dtype=np.float64)
+        # the bounds in float32 (every shipped bound is float32-exact, so clipping after the cast equals casting
+        # after the clip): build fills and clips one float32 vector, a third of the NumPy calls per observation
+        self._lo32, self._hi32 = self.low.astype(np.float32), self.high.astype(np.float32)
+        assert np.array_equal(self._lo32, self.low) and np.array_equal(self._hi32, self.high), "bounds not float32-exact"
 
     @property
     def obs_layout(self) -> dict:
@@ -105,7 +109,7 @@ class Layout:
 
     def build(self, ctx: Any, n_rows: int) -> np.ndarray:
         """The observation: every feature's `fn(ctx)` (None: zeros), rows 0..n_rows-1 filled, clipped to the bounds."""
-        out = np.zeros(self.size, dtype=np.float64)
+        out = np.zeros(self.size, dtype=np.float32)
         g = self.global_dim
         out[self._g_sel] = [fn(ctx) for fn in self._g_fns]
         for a, b, fn in self._g_blocks:
@@ -117,9 +121,8 @@ class Layout:
             rows.T[self._r_sel] = [fn(ctx) for fn in self._r_fns]
         for a, b, fn in self._r_blocks:
             rows[:, a:b] = fn(ctx)
-        np.maximum(out, self.low, out=out)
-        np.minimum(out, self.high, out=out)
-        return out.astype(np.float32)
+        np.maximum(out, self._lo32, out=out)
+        return np.minimum(out, self._hi32, out=out)
 
 
 def _num(x: float) -> str:
