@@ -218,7 +218,7 @@ def test_trace_size_is_checked_before_reading(tmp_path, monkeypatch):
 
     p = _jsonl(tmp_path, [GOOD] * 50)
     monkeypatch.setattr(T, "MAX_TRACE_BYTES", 100)
-    with pytest.raises(ConfigError, match="traces are limited to"):
+    with pytest.raises(ConfigError, match="more than the 100 bytes this reader accepts"):
         read_trace(str(p))
     assert np.isfinite(os.path.getsize(p))
 

@@ -19,12 +19,12 @@ import json
 import math
 import os
 import pathlib
-import stat
 from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 import pandas as pd
+from pdgym.envs.sim.safe_files import check_regular_file
 from pdgym.envs.sim.validation import ConfigError, check
 
 __all__ = ["COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
@@ -244,10 +244,7 @@ def _read_mooncake(path: str, key: str) -> Trace:
 
 @functools.lru_cache(maxsize=16)
 def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
-    del mtime_ns  # cache key only: a rewritten file is read again
-    if size > MAX_TRACE_BYTES:
-        raise ConfigError(f"{key}: {path!r} is {size / 2**20:.0f} MiB; traces are limited to "
-                          f"{MAX_TRACE_BYTES // 2**20} MiB (split it, or replay a window of it)")
+    del mtime_ns, size  # cache key only: a rewritten file is read again
     if _sniff_jsonl(path, key):
         return _read_mooncake(path, key)
     try:
@@ -291,10 +288,8 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
 
 def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
     """The parsed trace of a shipped name or a CSV path (parsed once per file version)."""
-    path = trace_path(spec, key)
+    path = check_regular_file(trace_path(spec, key), MAX_TRACE_BYTES, key)  # a regular file, its size, before reading
     st = path.stat()
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{key}: {str(path)!r} is not a regular file")
     return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
 
 
