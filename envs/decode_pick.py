@@ -21,21 +21,53 @@ from __future__ import annotations
 from itertools import islice
 
 import numpy as np
-from gymnasium import spaces
 from pdgym.baselines.balance_route import Score, best_subset
-from pdgym.envs.features import Feature, Layout
+from pdgym.envs.features import Feature, Layout, LayoutCore
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_choice, check_float, check_int
 
 
-class _Obs:
-    """What the features of one observation read, computed once (`Picker.observe`)."""
+def bind_workers(core, n_workers: int) -> None:
+    """`env.max_workers` (the observation's worker rows) defaults to the instances' workers and must hold them."""
+    if core.max_workers is None:
+        core.max_workers = n_workers
+    if n_workers > core.max_workers:
+        raise ConfigError(f"env.max_workers: got {core.max_workers}; the decode instances have {n_workers} workers")
+
+
+def enter_boundary(core, sim, inst: int) -> bool:
+    """A decode core meets instance `inst` at a step boundary, (instance, step count, time): False when that
+    boundary is closed and the instance still has work running; otherwise the core is on it (opened anew by
+    `core._open` when it is new, or reopened when closed on an idle instance whose pool changed)."""
+    d = sim.decode[inst]
+    key = (inst, d.steps, sim.now)
+    reopen = key in core._closed
+    if reopen and d.batch.any():
+        return False
+    if reopen or core._boundary != key:
+        core._open(sim, inst, key)
+    core.inst = inst
+    return True
+
+
+class DecodeObs:
+    """What the features of one decode observation read, computed once: the deciding core, the instance and its
+    workers' KV. Both decode formulations fill it (`Picker.observe`, decode_routing's router, which adds fields)."""
 
     __slots__ = ("core", "sim", "d", "n", "B", "ts", "S", "kv", "lmax", "mask")
 
+    def fill(self, core, sim, mask: np.ndarray) -> DecodeObs:
+        self.core, self.sim, self.mask = core, sim, mask
+        self.d = d = sim.decode[core.inst]
+        self.n, self.B, self.ts = d.dp, d.batch_limit, core.token_scale
+        self.S = self.B * self.ts
+        self.kv = d.kv.astype(np.float64)
+        self.lmax = float(self.kv.max())
+        return self
 
-def _cand(o: _Obs, values) -> np.ndarray:
+
+def _cand(o: DecodeObs, values) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)[: len(o.core.cand)]
 
 
@@ -68,7 +100,7 @@ ROW = (
 )
 
 
-class Picker(DecodeRouter):
+class Picker(LayoutCore, DecodeRouter):
     """The pick formulation's observation / action code, shared by the env and its AgentPolicy.
 
     Actions: k < K admits candidate k to the named worker w; K (DONE) ends w's turn (allowed once it took a
@@ -91,21 +123,12 @@ class Picker(DecodeRouter):
 
     # -------------------------------------------------------------- spaces
     def bind_size(self, n_workers: int) -> None:
-        if self.max_workers is None:
-            self.max_workers = n_workers
-        if n_workers > self.max_workers:
-            raise ConfigError(f"env.max_workers: got {self.max_workers}; the decode instances have {n_workers} "
-                              "workers")
+        bind_workers(self, n_workers)
         self.layout = Layout(GLOBAL, ROW, self, {}, self.window)
         self.done, self.end = self.window, self.window + 1
         self.n_actions = self.window + 2
 
-    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return self.layout.box(), spaces.Discrete(self.n_actions)
 
-    @property
-    def obs_layout(self) -> dict:
-        return self.layout.obs_layout
 
     def action_meanings(self) -> list[str]:
         return [f"candidate {k}" for k in range(self.window)] + ["DONE", "END"]
@@ -165,14 +188,9 @@ class Picker(DecodeRouter):
     def next_decision(self, sim, inst: int) -> bool:
         """Name the worker whose turn it is and its candidates; False when this boundary has no decision left
         (boundaries as in the worker formulation: (instance, step count, time), reopened for an idle instance)."""
-        d = sim.decode[inst]
-        key = (inst, d.steps, sim.now)
-        reopen = key in self._closed
-        if reopen and d.batch.any():
+        if not enter_boundary(self, sim, inst):
             return False
-        if reopen or self._boundary != key:
-            self._open(sim, inst, key)
-        self.inst = inst
+        d = sim.decode[inst]
         while sim.pool:
             if self.w >= 0 and d.batch[self.w] < d.batch_limit and not (self.stage1 and self.took):
                 self._candidates(sim, inst)
@@ -223,14 +241,7 @@ class Picker(DecodeRouter):
 
     # -------------------------------------------------------------- observation
     def observe(self, sim, mask: np.ndarray) -> np.ndarray:
-        o = _Obs()
-        o.core, o.sim, o.mask = self, sim, mask
-        o.d = d = sim.decode[self.inst]
-        o.n, o.B, o.ts = d.dp, d.batch_limit, self.token_scale
-        o.S = o.B * o.ts
-        o.kv = d.kv.astype(np.float64)
-        o.lmax = float(o.kv.max())
-        return self.layout.build(o, len(self.cand))
+        return self.layout.build(DecodeObs().fill(self, sim, mask), len(self.cand))
 
 
 def br0_action(core: Picker, sim, mask: np.ndarray, plan: list) -> int:

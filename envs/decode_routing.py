@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.decode_pick import Picker, br0_action
-from pdgym.envs.features import Feature, Layout, table
+from pdgym.envs.decode_pick import DecodeObs, Picker, bind_workers, br0_action, enter_boundary
+from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.events import PassKind
@@ -34,10 +33,10 @@ ACTIONS = ("worker", "pick")  # the formulations: place the offered request on a
 REWARDS = ("idle", "throughput")
 
 
-class _Obs:
-    """What the features of one observation read, computed once (`_Router.observe`)."""
+class _Obs(DecodeObs):
+    """DecodeObs plus what this formulation's features read (`_Router.observe`)."""
 
-    __slots__ = ("core", "d", "n", "B", "ts", "S", "kv", "lmax", "mask", "sim", "i", "batch", "margin")
+    __slots__ = ("i", "batch", "margin")
 
 
 def _rest_mean(o: _Obs) -> float:
@@ -96,7 +95,7 @@ N_GLOBAL = len(GLOBAL)  # every global feature is one entry
 N_WORKER = sum(1 for f in ROW if f.when is None)  # a worker's row without the optional horizon features
 
 
-class _Router(DecodeRouter):
+class _Router(LayoutCore, DecodeRouter):
     """The shared observation / action code: decisions, masks, observations, admissions."""
 
     name = "agent"
@@ -121,23 +120,13 @@ class _Router(DecodeRouter):
 
     # -------------------------------------------------------------- spaces
     def bind_size(self, n_workers: int) -> None:
-        if self.max_workers is None:
-            self.max_workers = n_workers
-        if n_workers > self.max_workers:
-            raise ConfigError(f"env.max_workers: got {self.max_workers}; the decode instances have {n_workers} "
-                              "workers")
+        bind_workers(self, n_workers)
         self.layout = Layout(GLOBAL, ROW, self, {}, self.max_workers)
         self.per_worker, self.obs_size = self.layout.slot_dim, self.layout.size
         self.end = self.max_workers
         self.n_actions = self.max_workers + (2 if self.skip else 1)
 
-    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return (self.layout.box(),
-                spaces.Discrete(self.n_actions))
 
-    @property
-    def obs_layout(self) -> dict:
-        return self.layout.obs_layout
 
     def action_meanings(self) -> list[str]:
         return [f"worker {w}" for w in range(self.max_workers)] + ["END", "SKIP"][: self.n_actions - self.max_workers]
@@ -188,14 +177,9 @@ class _Router(DecodeRouter):
         later time gets a fresh one, and a closed boundary of an instance with nothing running is
         reopened (its pool changed), so no request is ever stranded.
         """
-        d = sim.decode[inst]
-        key = (inst, d.steps, sim.now)
-        reopen = key in self._closed
-        if reopen and d.batch.any():
+        if not enter_boundary(self, sim, inst):
             return False
-        if reopen or self._boundary != key:
-            self._open(sim, inst, key)
-        self.inst = inst
+        d = sim.decode[inst]
         free = d.batch < d.batch_limit
         if free.any():
             room = int((d.kv_cap - d.kv)[free].max())
@@ -248,14 +232,9 @@ class _Router(DecodeRouter):
 
     # -------------------------------------------------------------- observation
     def observe(self, sim, mask: np.ndarray) -> np.ndarray:
-        o = _Obs()
-        o.core, o.sim, o.mask = self, sim, mask
-        o.d = d = sim.decode[self.inst]
-        o.n, o.B, o.ts = d.dp, d.batch_limit, self.token_scale
-        o.S = o.B * o.ts
-        o.kv = kv = d.kv.astype(np.float64)
-        o.lmax = float(kv.max())
-        o.batch = d.batch / o.B
+        o = _Obs().fill(self, sim, mask)
+        kv = o.kv
+        o.batch = o.d.batch / o.B
         o.margin = (o.lmax - kv) / o.S
         o.i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
         return self.layout.build(o, o.n)

@@ -125,6 +125,21 @@ class Layout:
         return np.minimum(out, self._hi32, out=out)
 
 
+class LayoutCore:
+    """Mixin of an env's policy core whose observation is its `layout` (a Layout) and whose actions are
+    Discrete(`n_actions`): the spaces and the extractors' `obs_layout` follow from them."""
+
+    layout: Layout
+    n_actions: int
+
+    @property
+    def obs_layout(self) -> dict:
+        return self.layout.obs_layout
+
+    def spaces(self) -> tuple[spaces.Box, spaces.Space]:
+        return self.layout.box(), spaces.Discrete(self.n_actions)
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 

@@ -17,7 +17,7 @@ from pdgym.baselines import make_policy
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats
 from pdgym.baselines.shared import PhaseMachine
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.features import Feature, Layout, table
+from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import Batch, BatchingPolicy
@@ -88,7 +88,7 @@ class AgentState:
         self.last = -1  # last batch kind (0 prefill, 1 decode, 2 mixed)
 
 
-class _AgentBatching(BatchingPolicy):
+class _AgentBatching(LayoutCore, BatchingPolicy):
     """The shared observation / action code; `decide(sim, inst, units)` is the agent hook."""
 
     name = "agent"
@@ -133,9 +133,6 @@ class _AgentBatching(BatchingPolicy):
             return obs, spaces.Box(-1.0, 1.0, shape=(2 if self.choose_mode else 1,), dtype=np.float32)
         return obs, spaces.Discrete(self.n_actions)
 
-    @property
-    def obs_layout(self) -> dict:
-        return self.layout.obs_layout
 
     def action_meanings(self) -> list[str]:
         if self.mode == "phase":

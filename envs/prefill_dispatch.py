@@ -13,16 +13,15 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.baselines.sbs import SBS
 from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.features import Feature, Layout, table
+from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.prefix_route import RouteAgent, RouteEnvAdapter
-from pdgym.envs.shadow import DispatchRecorder
+from pdgym.envs.shadow import shadow_teacher
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
@@ -154,7 +153,7 @@ ROW = (
 )
 
 
-class _Core(PrefillScheduler):
+class _Core(LayoutCore, PrefillScheduler):
     """Observation, mask, action and decision-epoch code shared by the env and AgentPolicy."""
 
     name = "agent"
@@ -195,12 +194,7 @@ class _Core(PrefillScheduler):
         self.n_actions = {"timing": 1 + n, "allocation": 2 + n * dp, "composition": 3}[self.mode]
         self.skip = self.n_actions - 1 if self.mode == "allocation" else None
 
-    @property
-    def obs_layout(self) -> dict:
-        return self.layout.obs_layout
 
-    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return self.layout.box(), spaces.Discrete(self.n_actions)
 
     def action_meanings(self) -> list[str]:
         if self.mode == "timing":
@@ -411,13 +405,7 @@ class _Core(PrefillScheduler):
         """
         if self.mode == "composition":  # SBS(compose="length") composition by its rule; any other releases it all
             return self.classes.rule(sim) if getattr(teacher, "classes", None) is not None else 0
-        if self.teacher is not teacher:
-            self.teacher = teacher
-            self.intents.clear()
-            self._proxy = DispatchRecorder(sim, self.intents)
-            teacher.reset(self._proxy)
-            for rid in list(sim.buffer):
-                teacher.on_arrival(self._proxy, rid)
+        shadow_teacher(self, sim, teacher)
         buf = sim.buffer
         for r in [r for r in self.intents if r not in buf]:
             del self.intents[r]

@@ -23,11 +23,10 @@ import math
 from collections import deque
 
 import numpy as np
-from gymnasium import spaces
 from pdgym.baselines.cache_routing import UnitDispatch
 from pdgym.envs.base import resolve_action
-from pdgym.envs.features import Feature, Layout, table
-from pdgym.envs.shadow import DispatchRecorder
+from pdgym.envs.features import Feature, Layout, LayoutCore, table
+from pdgym.envs.shadow import shadow_teacher
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_choice
 
@@ -92,7 +91,7 @@ ROW = (
 )
 
 
-class RouteCore(PrefillScheduler):
+class RouteCore(LayoutCore, PrefillScheduler):
     """Observation, mask, action and decision-epoch code of route mode, shared by the env and its AgentPolicy.
 
     Action a = i D + d sends the oldest request waiting to be routed (the candidate) to unit d of instance i;
@@ -118,12 +117,7 @@ class RouteCore(PrefillScheduler):
         self.global_dim, self.slot_dim, self.obs_size = self.layout.global_dim, self.layout.slot_dim, self.layout.size
         self.n_actions = n * dp
 
-    @property
-    def obs_layout(self) -> dict:
-        return self.layout.obs_layout
 
-    def spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
-        return self.layout.box(), spaces.Discrete(self.n_actions)
 
     def action_meanings(self) -> list[str]:
         return [f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)]
@@ -231,13 +225,7 @@ class RouteCore(PrefillScheduler):
         """The action for the unit prefill baseline `teacher` (run in the shadow, DispatchRecorder) chose for the
         candidate: its instance and unit (the engine's unit when it left that to the engine); the default action
         when it chose none or a masked one."""
-        if self.teacher is not teacher:
-            self.teacher = teacher
-            self.intents.clear()
-            self._proxy = DispatchRecorder(sim, self.intents)
-            teacher.reset(self._proxy)
-            for rid in list(sim.buffer):
-                teacher.on_arrival(self._proxy, rid)
+        shadow_teacher(self, sim, teacher)
         rid = next(iter(sim.buffer), None)
         if rid not in self.intents:
             return self.default_action()

@@ -159,3 +159,16 @@ class AdmissionDryRun(ShadowView):
 
     def reject(self, rid: int, reason: str) -> None:
         self._pool.pop(rid, None)
+
+
+def shadow_teacher(core, sim, teacher) -> None:
+    """Make `teacher` the prefill baseline `core` shadows, unless it already is: a DispatchRecorder over the
+    core's `intents` (cleared), the teacher reset on it and told of every request already buffered."""
+    if core.teacher is teacher:
+        return
+    core.teacher = teacher
+    core.intents.clear()
+    core._proxy = DispatchRecorder(sim, core.intents)
+    teacher.reset(core._proxy)
+    for rid in list(sim.buffer):
+        teacher.on_arrival(core._proxy, rid)
