@@ -52,7 +52,8 @@ COLUMN_ALIASES = {
 def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.Path:
     """Resolve a shipped trace name (azure_conv, azure_code, splitwise_conv, mooncake_conv) or a file path."""
     if not isinstance(spec, (str, os.PathLike)) or str(spec) == "":
-        raise ConfigError(f"{key}: got {spec!r}; give a CSV path or a shipped name: {', '.join(SHIPPED_TRACES)}")
+        raise ConfigError(f"{key}: got {spec!r}; give a trace file (CSV or Mooncake JSON lines) or a shipped name: "
+                          f"{', '.join(SHIPPED_TRACES)}")
     if isinstance(spec, str) and spec in SHIPPED_TRACES:
         res = resources.files("pdgym.data").joinpath("traces", SHIPPED_TRACES[spec])
         path = pathlib.Path(str(res))
@@ -65,12 +66,12 @@ def trace_path(spec: str | os.PathLike, key: str = "workload.trace") -> pathlib.
     looks_like_path = (os.sep in s or "/" in s or s.startswith((".", "~"))
                        or path.suffix.lower() in (".csv", ".jsonl", ".json", ".gz", ".bz2", ".zip", ".xz"))
     if path.exists():
-        raise ConfigError(f"{key}: {s!r} is not a file; give a CSV file or a shipped name: "
-                          f"{', '.join(SHIPPED_TRACES)}")
+        raise ConfigError(f"{key}: {s!r} is not a file; give a trace file (CSV or Mooncake JSON lines) or a shipped "
+                          f"name: {', '.join(SHIPPED_TRACES)}")
     if looks_like_path:
         raise ConfigError(f"{key}: file not found: {s!r} (or use a shipped name: {', '.join(SHIPPED_TRACES)})")
     raise ConfigError(f"{key}: unknown trace {s!r}; shipped names: {', '.join(SHIPPED_TRACES)}, "
-                      "or a path to a CSV file")
+                      "or a path to a trace file (CSV or Mooncake JSON lines)")
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
 
 
 def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
-    """The parsed trace of a shipped name or a CSV path (parsed once per file version)."""
+    """The parsed trace of a shipped name or a trace file path (parsed once per file version)."""
     path = check_regular_file(trace_path(spec, key), MAX_TRACE_BYTES, key)  # a regular file, its size, before reading
     st = path.stat()
     return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
