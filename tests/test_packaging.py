@@ -21,12 +21,14 @@ def build_wheel(out: Path) -> Path:
     return next(out.glob("pdgym-*.whl"))
 
 
-def test_wheel_contains_every_module_config_and_trace(tmp_path):
+def test_wheel_contains_every_module_config_trace_and_zoo_agent(tmp_path):
     names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
     expected = []
     for src, dst in MAPPING.items():
         for f in (ROOT / src).rglob("*"):
-            if (f.suffix in (".py", ".yaml") or (src == "data" and f.suffix in (".csv", ".jsonl"))) and "__pycache__" not in f.parts:
+            shipped = ((src == "data" and f.suffix in (".csv", ".jsonl"))
+                       or (f.parent.name == "zoo" and f.suffix in (".zip", ".json")))  # the zoo's agents and index
+            if (f.suffix in (".py", ".yaml") or shipped) and "__pycache__" not in f.parts:
                 expected.append(f"{dst}/{f.relative_to(ROOT / src).as_posix()}")
     missing = [e for e in expected if e not in names]
     assert not missing, f"not in the wheel: {missing[:10]}"
@@ -47,6 +49,8 @@ def test_wheel_runs_without_the_repository(tmp_path):
         "assert r.summary()['finished'] == 50\n"
         "from pdgym.envs.sim.traces import load_trace\n"
         "assert len(load_trace('azure_conv')) == 19366\n"
+        "from pdgym.agents.learned import zoo\n"
+        "assert str(zoo.ROOT).startswith(sys.argv[1]) and zoo.archive('prefix_mooncake').is_file(), zoo.ROOT\n"
         "print('ok')\n"
     )
     # -S: no site processing, so the editable install's import hook cannot shadow the wheel.

@@ -124,7 +124,7 @@ def check_config(cfg: dict) -> dict:
         if not isinstance(a, dict) or set(a) - {"label", "path", "scenarios"} or "label" not in a or "path" not in a:
             raise ConfigError(f"agents: entry {a!r} must be {{label, path, scenarios (optional)}}")
         labels.append(check_label(a["label"], "agents.label"))
-        if not Path(str(a["path"])).exists():
+        if not str(a["path"]).startswith("zoo:") and not Path(str(a["path"])).exists():  # zoo: a shipped agent
             raise ConfigError(f"agents.{a['label']}.path: {a['path']} does not exist")
     for e in cfg.get("train") or []:
         if not isinstance(e, dict) or "label" not in e or set(e) - {"label", "overrides", "scenarios"}:

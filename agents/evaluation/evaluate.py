@@ -355,10 +355,14 @@ class LoadedAgent:
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
-    """Load a model written by pdgym-train (its run directory, or a .zip inside it) through the model
-    store: the network is rebuilt from its saved spec and only weights and arrays are read (no pickle)."""
+    """Load a model written by pdgym-train (its run directory, or a .zip inside it), or a shipped one
+    (`zoo:NAME`), through the model store: the network is rebuilt from its saved spec and only weights and
+    arrays are read (no pickle)."""
+    from pdgym.agents.learned import zoo
     from pdgym.agents.learned.model_store import load_predictor
 
+    if zoo.is_zoo(path):
+        return zoo_agent(str(path).removeprefix(zoo.PREFIX))
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"policy: {p} does not exist; give a pdgym-train run directory, a model .zip in one, "
@@ -369,6 +373,17 @@ def load_agent(path: str | Path) -> LoadedAgent:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
     meta = read_agent_meta(root)
     return LoadedAgent(zip_path, meta, load_predictor(zip_path))
+
+
+def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
+    """A shipped agent (agents/learned/zoo.py): its archive checked against the index's sha256, then read by
+    the model store; an unknown name is one line listing the available ones."""
+    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned.model_store import load_predictor
+
+    ent = zoo.entry(name, root)
+    path = zoo.archive(name, root)
+    return LoadedAgent(path, zoo.agent_meta(name, ent), load_predictor(path, ent["sha256"]))
 
 
 # --------------------------------------------------------------------------- candidates
@@ -390,7 +405,8 @@ class Candidate:
 
 
 def is_model_path(spec: str) -> bool:
-    return spec.endswith(".zip") or "/" in spec or Path(spec).exists()
+    """A trained agent: a model zip, a run folder, or a shipped one (zoo:NAME)."""
+    return spec.startswith("zoo:") or spec.endswith(".zip") or "/" in spec or Path(spec).exists()
 
 
 def resolve(spec: str | dict, point: str | None = None, label: str | None = None) -> Candidate:
@@ -598,7 +614,8 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
 def check_policy_given(value) -> None:
     """`policy=` names the policy under test (pdgym-eval, pdgym-enjoy): it must be given."""
     if value in (None, "???", ""):
-        raise ConfigError("policy: missing; give policy=BASELINE_NAME or policy=PATH/TO/RUN_OR_MODEL.zip")
+        raise ConfigError("policy: missing; give policy=BASELINE_NAME, policy=PATH/TO/RUN_OR_MODEL.zip or "
+                          "policy=zoo:NAME (a shipped agent)")
     if not (isinstance(value, str) or (isinstance(value, dict) and isinstance(value.get("name"), str))):
         raise ConfigError(f"policy: got {value!r}; give a baseline name, {{name: NAME, KEY: VALUE}} or a run folder "
                           "/ model zip")

@@ -117,7 +117,11 @@ def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, A
 
 
 def agent_point(path: str) -> str:
-    """Decision point of a trained agent, from its agent.json (no model loading)."""
+    """Decision point of a trained agent, from its agent.json or zoo entry (no model loading)."""
+    from pdgym.agents.learned import zoo
+
+    if zoo.is_zoo(path):
+        return zoo.entry(path.removeprefix(zoo.PREFIX), key="agents")["agent"]["point"]
     p = E.model_file(Path(path))
     for d in (p.parent, p.parent.parent):
         if os.path.lexists(d / E.AGENT_META):

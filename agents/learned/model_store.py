@@ -19,6 +19,7 @@ checkpoint for the newest whole one.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import io
 import json
@@ -207,18 +208,20 @@ class Saver:
 
 
 # --------------------------------------------------------------------------- reading
-def read(path: Path, training: bool = False) -> dict:
+def read(path: Path, training: bool = False, sha256: str | None = None) -> dict:
     """The archive's manifest and data: {manifest, spec, policy, [optimizer, replay], normalize}.
-    Only JSON, weights-only torch tensors and pickle-free npz arrays are read."""
+    Only JSON, weights-only torch tensors and pickle-free npz arrays are read. `sha256`: the archive's
+    recorded digest (a zoo entry); the bytes are read once, checked against it, and only those are opened."""
     import torch
 
     path = Path(path)
     try:
         safe_files.check_regular_file(path, MAX_MODEL_BYTES, "model file")
+        source = path if sha256 is None else io.BytesIO(checked_bytes(path, sha256))
     except ConfigError as exc:
         raise ModelFileError(str(exc)) from None
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(source) as zf:
             names = set(zf.namelist())
             if MANIFEST not in names:
                 raise ModelFileError(f"{path}: not a pdgym model file (no {MANIFEST}); SB3 zips and pickles are "
@@ -257,6 +260,16 @@ def read(path: Path, training: bool = False) -> dict:
         raise ModelFileError(f"{path}: unreadable or truncated model file ({why[:200]})") from None
 
 
+def checked_bytes(path: Path, sha256: str) -> bytes:
+    """The file's bytes if their sha256 is `sha256`; a changed archive is refused with one line."""
+    data = safe_files.read_bytes(path, MAX_MODEL_BYTES, "model file")
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise ModelFileError(f"{path}: sha256 {got[:16]}... differs from the {sha256[:16]}... recorded for it; the "
+                             "archive was changed or damaged (refresh the entry: python -m pdgym.agents.zoo add)")
+    return data
+
+
 def _check_sizes(zf: zipfile.ZipFile, what: str) -> None:
     for info in zf.infolist():
         safe_files.check_zip_member(info, MAX_MANIFEST_BYTES if info.filename == MANIFEST else MAX_MEMBER_BYTES, what)
@@ -292,9 +305,9 @@ def latest_complete(ckpt_dir: Path) -> Path | None:
     return None
 
 
-def load_policy(path: Path) -> tuple[Any, NetSpec, ObsNormalizer | None]:
+def load_policy(path: Path, sha256: str | None = None) -> tuple[Any, NetSpec, ObsNormalizer | None]:
     """(policy network with the saved weights, its spec, its observation normaliser or None)."""
-    data = read(path)
+    data = read(path, sha256=sha256)
     spec = data["spec"]
     try:
         policy = spec.build_policy()
@@ -312,7 +325,7 @@ def load_policy(path: Path) -> tuple[Any, NetSpec, ObsNormalizer | None]:
     return policy, spec, obs_norm
 
 
-def load_predictor(path: Path):
+def load_predictor(path: Path, sha256: str | None = None):
     """predict(obs, mask) -> action of a saved model (see `predictor`), for an evaluating process.
 
     Sets PyTorch to one thread: one observation at a time through a small network gains nothing from
@@ -322,7 +335,7 @@ def load_predictor(path: Path):
     import torch
 
     torch.set_num_threads(1)
-    policy, spec, obs_norm = load_policy(path)
+    policy, spec, obs_norm = load_policy(path, sha256)
     return predictor(policy, spec.algo, obs_norm)
 
 
@@ -378,6 +391,7 @@ def predictor(policy, algo: str, obs_norm=None):
     from stable_baselines3.common.policies import BasePolicy
 
     box = isinstance(policy.observation_space, spaces.Box)
+    size = int(np.prod(policy.observation_space.shape)) if box else None
     actor_critic = algo != "dqn" and box and hasattr(policy, "mlp_extractor") and hasattr(policy, "action_net")
 
     def tensor(obs: np.ndarray):
@@ -385,6 +399,10 @@ def predictor(policy, algo: str, obs_norm=None):
 
     def predict(obs: np.ndarray, mask: np.ndarray) -> int:
         obs = np.asarray(obs, dtype=np.float32)
+        if size is not None and obs.size != size:  # another cluster shape (instances, DP units, window) than the one it was trained on
+            raise ConfigError(f"policy: the agent takes observations of {size} values and this scenario gives "
+                              f"{obs.size}: its cluster differs from the one the agent was trained on (its agent.json "
+                              "or zoo entry names that scenario)")
         if obs_norm is not None:
             obs = obs_norm.normalize_obs(obs).astype(np.float32)
         mask = np.asarray(mask, dtype=bool)
