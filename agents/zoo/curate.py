@@ -176,12 +176,15 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
 def summary_line(name: str, ent: dict) -> str:
     primary = ent["agent"].get("primary", "ttft_mean")
     vals = ent["rescore"]["per_seed"].get(primary) or []
+    def show(xs) -> str:
+        return "[" + ", ".join("-" if x is None else f"{x:.4g}" for x in xs) + "]"
+
     line = (f"zoo:{name}: {ent['agent']['point']} agent on {ent['scenario']}, {ent['bytes'] / 1e3:.0f} kB; "
-            f"{primary} on {ent['rescore']['split']} seeds {ent['rescore']['seeds']}: {vals}")
+            f"{primary} on {ent['rescore']['split']} seeds {ent['rescore']['seeds']}: {show(vals)}")
     ref = ent.get("reference")
     if ref and ref["per_seed"].get(primary):
         p = E.paired_ratio(vals, ref["per_seed"][primary])
-        line += f"; {ref['policy']}: {ref['per_seed'][primary]} ({p['rel']:+.2%})"
+        line += f"; {ref['policy']} {show(ref['per_seed'][primary])} (agent {p['rel']:+.1%})"
     return line
 
 
