@@ -253,6 +253,14 @@ class PdgymEnv(gym.Env):
     def _info_extra(self) -> dict:
         return {}
 
+    def _describe(self, action) -> str:
+        """A valid action at the current decision in a user's words; the default names it by
+        get_action_meanings() (an env whose decision is about a request says which one)."""
+        names = self.get_action_meanings()
+        if isinstance(self.action_space, spaces.Discrete):
+            return names[int(action) - self.action_space.start]
+        return "; ".join(f"{v:.3g} ({n})" for n, v in zip(names, np.asarray(action, dtype=float).ravel(), strict=False))
+
     # -------------------------------------------------------------- the contract
     @classmethod
     def env_keys(cls) -> tuple[str, ...]:
@@ -274,6 +282,21 @@ class PdgymEnv(gym.Env):
     def get_action_meanings(self) -> list[str]:
         """One line per action (Discrete) or per action component (Box)."""
         return self.core.action_meanings()
+
+    def describe_action(self, action, mask: np.ndarray | None = None) -> str:
+        """What `action` does at the current decision, in words ("route req 1234 -> worker 3", "SKIP req 77",
+        "release the short half (5 requests) -> prefill 1"): what pdgym-enjoy prints at each decision. An
+        invalid action is described as the default action that replaces it (INVALID_ACTION_RULE). Reads
+        the state only; `mask` is action_masks() when the caller has it."""
+        if self.sim is None or self._done:
+            return "episode over"
+        mask = self.action_masks() if mask is None else mask
+        a, invalid = resolve_action(self.action_space, mask, action, self.default_action)
+        text = self._describe(a)
+        if not invalid:
+            return text
+        shown = np.asarray(action).tolist() if isinstance(action, (np.ndarray, np.generic)) else action
+        return f"{text} (invalid action {shown!r}: the default instead)"
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

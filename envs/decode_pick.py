@@ -133,6 +133,15 @@ class Picker(LayoutCore, DecodeRouter):
     def action_meanings(self) -> list[str]:
         return [f"candidate {k}" for k in range(self.window)] + ["DONE", "END"]
 
+    def describe(self, sim, a: int) -> str:
+        """The valid action `a` in words (pdgym-enjoy's decision lines)."""
+        where = f" of decode {self.inst}" if len(sim.decode) > 1 else ""
+        if a == self.end:
+            return f"END (no more admissions to decode {self.inst} until its next step)"
+        if a == self.done:
+            return f"DONE (worker {self.w}{where} took {self.took}; its turn ends)"
+        return f"route req {int(self.cand[a])} ({int(self.loads[a])} tok, candidate {a}) -> worker {self.w}{where}"
+
     def default_action(self, sim, mask: np.ndarray) -> int:
         """DONE when allowed, else END when allowed, else the best-scoring candidate that fits."""
         if mask[self.done]:

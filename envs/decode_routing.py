@@ -131,6 +131,15 @@ class _Router(LayoutCore, DecodeRouter):
     def action_meanings(self) -> list[str]:
         return [f"worker {w}" for w in range(self.max_workers)] + ["END", "SKIP"][: self.n_actions - self.max_workers]
 
+    def describe(self, sim, a: int) -> str:
+        """The valid action `a` in words (pdgym-enjoy's decision lines)."""
+        where = f" of decode {self.inst}" if len(sim.decode) > 1 else ""
+        if a == self.end:
+            return f"END (no more admissions to decode {self.inst} until its next step)"
+        if a == self.end + 1:
+            return f"SKIP req {self.head} ({self.head_load} tok; stays pooled this step)"
+        return f"route req {self.head} ({self.head_load} tok) -> worker {a}{where}"
+
     def default_action(self, sim, mask: np.ndarray) -> int:
         """END when allowed, else the least-loaded worker that fits (the mask never leaves neither)."""
         if mask[self.end]:
@@ -497,6 +506,9 @@ class DecodeRoutingEnv(PdgymEnv):
         if self._done or self.sim is None:
             return self._end_only()
         return self._mask.copy()
+
+    def _describe(self, a) -> str:
+        return self.core.describe(self.sim, int(a))
 
     def default_action(self) -> int:
         if self._done or self.sim is None:

@@ -143,6 +143,19 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
         return [f"{'MB' if a >= len(self.grid) else 'EB'} theta={self.grid[a % len(self.grid)]}"
                 for a in range(self.n_actions)]
 
+    def describe(self, inst: int, unit: int, action) -> str:
+        """The valid action for `unit` in words (pdgym-enjoy's decision lines)."""
+        who = f"colocated {inst} unit {unit}"
+        if self.mode == "phase":
+            return f"{who}: run a {PHASES[int(action)]} batch"
+        if self.continuous:
+            a = np.asarray(action, dtype=float).reshape(-1)
+            theta = self.theta_min + 0.5 * (float(a[0]) + 1) * (self.theta_max - self.theta_min)
+            mb = bool(self.choose_mode and a[1] > 0)
+        else:
+            theta, mb = self.grid[int(action) % len(self.grid)], int(action) >= len(self.grid)
+        return f"{who}: {'MB for the cycle' if mb else 'EB'}, theta = {theta:.3g}"
+
     def default_action(self, unit: int):
         """Phase: mixed, else decode, else prefill (the first the mask allows). Threshold: EB with
         the grid's theta closest to EB's default (continuous: that theta, EB)."""
@@ -493,6 +506,9 @@ class PhaseBatchingEnv(PdgymEnv):
         if self._done or self.sim is None or not core.queue:
             return np.ones(core.n_actions if not core.continuous else 1, dtype=bool)
         return core.mask(core.queue[0]).copy()
+
+    def _describe(self, a) -> str:
+        return self.core.describe(self.core.instance, self._unit, a)
 
     def default_action(self):
         return self.core.default_action(self._unit)

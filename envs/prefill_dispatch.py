@@ -205,6 +205,27 @@ class _Core(LayoutCore, PrefillScheduler):
         return ["hold", *(f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)),
                 "skip the candidate"]
 
+    def describe(self, sim, a: int) -> str:
+        """The valid action `a` in words (pdgym-enjoy's decision lines)."""
+        nb = len(sim.buffer)
+        if self.composition:
+            to = f" -> prefill {self._target}" if self._target is not None else ""
+            if a == 0:
+                return f"release the whole buffer ({nb} requests){to}"
+            med, work = self.classes.median, sim.req.work
+            n = sum((work[r] <= med) == (a == 1) for r in sim.buffer)
+            half = "short half (<=" if a == 1 else "long half (>"
+            return f"release the {half} {med:.0f} tok: {n} of {nb} requests){to}"
+        if a == 0:
+            return f"hold ({nb} requests buffered)"
+        if self.mode == "timing":
+            return f"release the buffer ({nb} requests) -> prefill {a - 1}"
+        rid = self.candidate(sim)
+        if a == self.skip:
+            return f"SKIP req {rid} (stays buffered; the next one is offered)"
+        inst, d = divmod(a - 1, self.D)
+        return f"route req {rid} ({int(sim.req.work[rid])} tok) -> prefill {inst} unit {d}"
+
     def default_action(self) -> int:
         """Hold (always allowed); in composition mode, release the whole buffer (what SBS does)."""
         return 0
@@ -616,6 +637,9 @@ class PrefillDispatchEnv(PdgymEnv):
             m[0] = True
             return m
         return self.core.mask(self.sim)
+
+    def _describe(self, a) -> str:
+        return self.core.describe(self.sim, int(a))
 
     def default_action(self) -> int:
         return self.core.default_action()

@@ -122,6 +122,14 @@ class RouteCore(LayoutCore, PrefillScheduler):
     def action_meanings(self) -> list[str]:
         return [f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)]
 
+    def describe(self, sim, a: int) -> str:
+        """The action `a` in words (pdgym-enjoy's decision lines)."""
+        rid = next(iter(sim.buffer), None)
+        inst, d = divmod(int(a), self.D)
+        if rid is None:
+            return f"prefill {inst} unit {d} (no request waiting)"
+        return f"route req {rid} ({int(sim.req.work[rid])} tok) -> prefill {inst} unit {d}"
+
     # -------------------------------------------------------------- life cycle and epochs
     def reset(self, sim) -> None:
         n, dp = len(sim.prefill), sim.prefill[0].dp

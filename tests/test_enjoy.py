@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +40,10 @@ def test_enjoy_replays_a_baseline_into_frames_gif_and_summary(tmp_path):
         assert gif.format == "GIF" and gif.n_frames == len(frames)
     assert "decision 0:" in (out / "episode.txt").read_text()
     s = json.loads((out / "summary.json").read_text())
+    # the action taken at every decision, in words (issue 27): one line each in decisions.txt, and on each frame's text
+    log = (out / "decisions.txt").read_text().splitlines()
+    assert len(log) == s["decisions"] and all(re.search(r"route req \d+ \(\d+ tok\) -> worker \d$", ln) for ln in log), log
+    assert (out / "episode.txt").read_text().count("\nchosen: route req ") == len(frames) - 1  # the last: episode over
     assert s["requests_resolved"] == s["requests"] == 24 and s["decisions"] > 0
     assert s["policy"] == "least_kv" and s["point"] == "decode" and s["n_frames"] == len(frames)
     assert not list(out.glob(".*tmp*"))  # no temporary left behind

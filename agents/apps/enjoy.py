@@ -6,10 +6,12 @@ The policy is resolved as pdgym-eval resolves it (a pdgym-train run directory or
 name); the episode runs in the Gymnasium env of its decision point (render_mode "rgb_array"), a trained
 agent through its saved network, a baseline through the env's `teacher_action` (the action that does
 what the baseline would do; prefill and decode baselines). Every `every`-th decision, up to `max_frames`
-(the episode's last state always among them), the cluster is drawn. DIR receives frames/frame_NNNN.png,
-episode.gif (Pillow, which matplotlib brings), episode.txt (the same decisions as "ansi" text) and
-summary.json (episode return, decisions, requests resolved), each written to a temporary name and renamed;
-summary.json comes last. `max_steps` bounds the episode, so an agent that holds forever still ends.
+(the episode's last state always among them), the cluster is drawn. Each frame and its text say the action taken
+there in words (PdgymEnv.describe_action: "route req 1234 -> worker 3", "release the short half ...",
+"SKIP req 77"). DIR receives frames/frame_NNNN.png, episode.gif (Pillow, which matplotlib brings),
+episode.txt (the same decisions as "ansi" text), decisions.txt (every decision, one line each: its index,
+simulated time and action) and summary.json (episode return, decisions, requests resolved), each written
+to a temporary name and renamed; summary.json comes last. `max_steps` bounds the episode, so an agent that holds forever still ends.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.envs import render as V
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
 from pdgym.envs.sim.validation import check_bool, check_float, check_int
@@ -91,12 +94,18 @@ def make_env(data: dict, cand: E.Candidate, split: dict | None, index: int):
     return env, seed
 
 
-def _render(env, mode: str):
-    env.render_mode = mode  # the same view as text or as an image (envs/render.py)
+def _render(env, mode: str, chosen: str | None = None, step: int = 0):
+    """The env's view as text or as an image (envs/render.py); with `chosen`, the action taken at decision
+    `step`: in the image it replaces the list of allowed actions, the text keeps both."""
+    if chosen is not None and mode == "rgb_array":
+        u = env.unwrapped
+        return V.to_rgb(V.cluster_view(u.sim, u.POINT, f"decision {step}: {chosen}"))
+    env.render_mode = mode
     try:
-        return env.render()
+        out = env.render()
     finally:
         env.render_mode = "rgb_array"
+    return out if chosen is None else f"{out}chosen: {chosen}\n"
 
 
 def _write_png(path: Path, img: np.ndarray) -> None:
@@ -121,27 +130,29 @@ def replay(env, cand: E.Candidate, seed: int, s: dict, on_frame=None) -> dict:
     policy = cand.build() if cand.kind == "baseline" else None
     obs, info = env.reset(seed=seed)
     u = env.unwrapped
-    frames, texts, ret, steps, end = [], [], 0.0, 0, ""
+    frames, texts, decisions, ret, steps, end = [], [], [], 0.0, 0, ""
 
-    def draw(final: bool = False) -> None:
+    def draw(chosen: str | None = None, final: bool = False) -> None:
         if len(frames) >= s["max_frames"]:
             if not final:
                 return
             frames.pop(), texts.pop()  # the last state replaces the newest sampled frame
-        frames.append(_render(env, "rgb_array"))
-        texts.append(_render(env, "ansi"))
+        frames.append(_render(env, "rgb_array", chosen, steps))
+        texts.append(_render(env, "ansi", chosen, steps))
         if on_frame is not None:
-            on_frame(len(frames), steps, u.sim)
+            on_frame(len(frames), steps, u.sim, chosen)
 
     done = bool(u._done)
-    if not done:
-        draw()
     while not done:
         if steps >= s["max_steps"]:
             end = f"max_steps={s['max_steps']} decisions reached"
             break
         mask = np.asarray(env.action_masks(), dtype=bool)
         a = u.teacher_action(policy) if policy is not None else cand.agent.predict(obs, mask)
+        chosen = u.describe_action(a, mask)
+        decisions.append(f"{steps:>6}  t = {u.sim.now:9.3f} s  {chosen}")
+        if steps % s["every"] == 0:
+            draw(chosen)
         obs, r, term, trunc, info = env.step(a)
         ret += float(r)
         steps += 1
@@ -150,11 +161,9 @@ def replay(env, cand: E.Candidate, seed: int, s: dict, on_frame=None) -> dict:
             end = "stalled (no progress for env.stall_s of simulated time)" if info.get("stalled") else "truncated"
         elif term:
             end = "every request resolved"
-        if not done and steps % s["every"] == 0:
-            draw()
     draw(final=True)
     sim = u.sim
-    return {"frames": frames, "texts": texts, "return": ret, "decisions": steps, "end": end,
+    return {"frames": frames, "texts": texts, "decisions_text": decisions, "return": ret, "decisions": steps, "end": end,
             "resolved": int(sim.n_resolved), "requests": int(sim.req.n), "finished": len(sim.completed),
             "invalid_actions": int(info.get("invalid_actions", 0)), "sim_time_s": float(sim.now),
             "summary": u.summary()}
@@ -184,6 +193,10 @@ def write_outputs(out: Path, ep: dict, s: dict) -> dict:
     with atomic_path(txt) as tmp_txt:
         tmp_txt.write_text("\n".join(ep["texts"]))
     paths["text"] = str(txt)
+    log = out / "decisions.txt"
+    with atomic_path(log) as tmp_log:
+        tmp_log.write_text("".join(f"{ln}\n" for ln in ep["decisions_text"]))
+    paths["decisions_log"] = str(log)
     return paths
 
 
@@ -199,10 +212,10 @@ def _app(cfg) -> dict:
     print(f"{APP}: {cand.label} ({cand.kind}, {cand.point}) on {scenario}, {s['split_name'] or 'no'} split, "
           f"index {s['index']}: a frame every {s['every']} decisions, at most {s['max_frames']}")
 
-    def progress(n: int, steps: int, sim) -> None:
+    def progress(n: int, steps: int, sim, chosen: str | None) -> None:
         if n % s["batch"] == 0:
-            print(f"frames {n}: decision {steps}, t = {sim.now:.2f} s, {sim.n_resolved}/{sim.req.n} requests resolved",
-                  flush=True)
+            print(f"frames {n}: decision {steps}, t = {sim.now:.2f} s, {sim.n_resolved}/{sim.req.n} requests resolved"
+                  + (f" | {chosen}" if chosen else ""), flush=True)
 
     try:
         ep = replay(env, cand, seed, s, progress)
