@@ -152,6 +152,9 @@ def make_policy(kind: str, spec: str | Mapping[str, Any] | None):
 def make_policies(spec: Mapping[str, Any] | None) -> dict:
     """Policies for every decision point named in `spec` ({'prefill': ..., 'decode': ..., 'batching': ...})."""
     spec = spec or {}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"policies: got {spec!r} ({type(spec).__name__}); must be a mapping decision point "
+                          f"({', '.join(KINDS)}) -> policy name or {{name, params}}, e.g. {{'decode': 'least_kv'}}")
     for k in spec:
         if k not in KINDS:
             raise ConfigError(f"policy.{k}: unknown decision point; allowed: {', '.join(KINDS)}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from omegaconf import OmegaConf
+from pdgym.envs.compose_errors import hydra_error_line
 from pdgym.envs.sim.config import ConfigError, SimConfig, sim_config
 
 
@@ -36,17 +37,21 @@ def _compose(name: str, overrides: tuple[str, ...]) -> dict:
 
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_module("pdgym.conf", version_base=None):
-        try:
-            cfg = compose(config_name="config", overrides=[f"scenario={name}", *overrides])
-        except HydraException as exc:
-            raise ConfigError(f"scenario overrides: {str(exc).splitlines()[0]}") from None
+    full = [f"scenario={name}", *overrides]
+    try:
+        with initialize_config_module("pdgym.conf", version_base=None):
+            cfg = compose(config_name="config", overrides=full)
+    except HydraException as exc:  # in the CLI's words: the key, and the keys or choices allowed there
+        raise ConfigError(f"overrides: {hydra_error_line(exc, full, 'config')}") from None
     return OmegaConf.to_container(cfg, resolve=True)
 
 
 def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
     """Compose conf/config.yaml with scenario NAME and Hydra-style overrides ('workload.rate=5')."""
     names = scenario_names()
+    if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"overrides: got {overrides!r}; must be a list of 'key=value' strings, "
+                          "e.g. ['workload.num_requests=600']")
     if name not in names:
         raise ConfigError(f"scenario: unknown {name!r}; allowed: {', '.join(names)}")
     raw = _compose(name, tuple(overrides))

@@ -22,7 +22,7 @@ import importlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from pdgym.envs.sim import Simulator, safe_files
 from pdgym.envs.sim import requests as R
-from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.config import ConfigError, check
 from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, check_table_format, write_json, write_table
 from pdgym.envs.sim.observers import Observer
@@ -417,6 +417,9 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
 
     if point is not None and point not in POINTS:
         raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
+    if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not isinstance(spec.get("name"), str)):
+        raise ConfigError(f"policy: got {spec!r}; must be a baseline name (e.g. 'least_kv'), {{'name': ..., params}}, "
+                          "a pdgym-train run folder or model zip, or module:Class")
     if isinstance(spec, str) and is_model_path(spec):
         agent = load_agent(spec)
         if point is not None and point != agent.point:
@@ -504,6 +507,11 @@ def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = 
     total)` after each seed (a log line where a bar cannot be drawn, e.g. under training's own bar)."""
     from tqdm import tqdm
 
+    if not isinstance(raw, dict) or not isinstance(raw.get("workload"), dict):
+        raise ConfigError(f"raw: got {type(raw).__name__}{' without workload' if isinstance(raw, dict) else ''}; must be "
+                          "a composed scenario, e.g. load_scenario('decode_tier_n16').raw (pdgym.envs.scenario)")
+    ok = isinstance(seeds, (list, tuple, range)) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    check(ok and len(seeds) > 0, "seeds", f"got {seeds!r}; must be a non-empty list of run indices, e.g. [0, 1, 2]")
     others = dict(raw.get("policy") or {}) if others is None else others
     per_seed, tables = [], []
     with tqdm(total=0, desc=desc or cand.label, unit="req", disable=not progress, leave=False) as bar:

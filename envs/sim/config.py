@@ -451,7 +451,10 @@ def sim_config(data: Any) -> SimConfig:
         from omegaconf import OmegaConf
 
         if not OmegaConf.is_config(data):
-            raise ConfigError(f"config: expected a SimConfig, a dict or an OmegaConf node, got {type(data).__name__}")
+            hint = "; a Scenario's simulator config is its .sim (load_scenario(NAME).sim)" if hasattr(data, "sim") else (
+                "; a scenario name goes through load_scenario(NAME).sim (pdgym.envs.scenario)" if isinstance(data, str)
+                else "")
+            raise ConfigError(f"config: expected a SimConfig, a dict or an OmegaConf node, got {type(data).__name__}{hint}")
         data = OmegaConf.to_container(data, resolve=True)
     return _build(SimConfig, data, "").validate()
 

@@ -16,6 +16,7 @@ import heapq
 import math
 import numbers
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -175,8 +176,12 @@ class Simulator:
                               f"capacity of {kv_cap} tokens per DP unit; raise the capacity or cap workload.prompt.max")
         return kv_cap
 
-    def _resolve_policies(self, given: dict) -> dict:
+    def _resolve_policies(self, given) -> dict:
         out = {}
+        example = "e.g. {'decode': make_policy('decode', 'least_kv')} (from pdgym.baselines import make_policy)"
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"policies: got {given!r} ({type(given).__name__}); must be a mapping decision point "
+                              f"({', '.join(POINTS)}) -> policy object, {example}, or None for the defaults")
         for k in given:
             if k not in POINTS:
                 raise ConfigError(f"policies.{k}: unknown decision point; allowed: {', '.join(POINTS)}")
@@ -185,7 +190,9 @@ class Simulator:
             if pol is None:
                 pol = point.default()
             if not isinstance(pol, point.protocol):
-                raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}")
+                hint = (f"; a name becomes one with make_policy({k!r}, {pol!r}) (from pdgym.baselines import "
+                        "make_policy)" if isinstance(pol, (str, Mapping)) else "")
+                raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}{hint}")
             out[k] = pol
         return out
 
