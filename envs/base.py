@@ -34,6 +34,7 @@ from pdgym.envs import render as V
 from pdgym.envs.scenario import load_scenario, merge_sim_config, trace_splits
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.config import ConfigError, SimConfig, check
+from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.validation import check_choice, check_float
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
@@ -128,6 +129,14 @@ def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
         raise
 
 
+# Requests of an episode's trace window when neither `overrides` nor `config` set workload.num_requests: the
+# training episode of conf/env/{decode_routing,prefill_dispatch,phase_batching}.yaml (tests/test_first_week.py
+# holds them equal), at most the scenario's own. A scenario's num_requests is sized for a pdgym-sim run over
+# the trace (decode_tier_n16: 10,000 rows), more than the train split holds (8,714 rows of azure_conv), so
+# gym.make's default episode replayed the whole split every time and warned about its own defaults.
+EPISODE_REQUESTS = 600
+
+
 class TraceWindow:
     """Which rows of a trace an episode replays.
 
@@ -135,12 +144,13 @@ class TraceWindow:
     reset draws the window's first row uniformly from the split's rows (conf/splits/default.yaml:
     train [0, 45%), val [45%, 55%), test [55%, 100%) of the trace's rows, disjoint), so seeds give
     different stretches of traffic and training never sees the evaluation rows. The window holds
-    workload.num_requests rows (at most the split's). A `workload.trace_offset` given in `overrides`
+    workload.num_requests rows when `overrides` or `config` set it, else min(EPISODE_REQUESTS, the
+    scenario's num_requests), at most the split's. A `workload.trace_offset` given in `overrides`
     or `config` pins the window instead (every episode replays those rows); so does trace_split=None
     (the scenario's own trace_offset).
     """
 
-    def __init__(self, sim_config: SimConfig, split: str | None, pinned: bool):
+    def __init__(self, sim_config: SimConfig, split: str | None, pinned: bool, sized: bool = True):
         splits = trace_splits()
         if split is not None:
             check_choice(split, "env.trace_split", tuple(splits))
@@ -154,12 +164,13 @@ class TraceWindow:
         lo, hi = int(splits[split]["trace_from"] * total), int(splits[split]["trace_to"] * total)
         if hi <= lo:
             raise ConfigError(f"env.trace_split: split {split!r} holds no rows of {wl.trace!r} ({total} rows)")
-        n = min(int(wl.num_requests), hi - lo)
+        n = min(int(wl.num_requests) if sized else min(int(wl.num_requests), EPISODE_REQUESTS), hi - lo)
         if n == hi - lo:
-            warnings.warn(f"workload.num_requests={wl.num_requests} fills the {split} split of {wl.trace!r} "
-                          f"({hi - lo} rows): every episode replays the same rows (only the simulator's random "
-                          "streams differ); lower it (e.g. workload.num_requests=600) for varied episodes",
-                          stacklevel=4)
+            what = (f"workload.num_requests={wl.num_requests} fills" if sized else
+                    f"an episode's default {EPISODE_REQUESTS} requests fill")
+            warnings.warn(f"{what} the {split} split of {wl.trace!r} ({hi - lo} rows): every episode replays the same "
+                          "rows (only the simulator's random streams differ); lower workload.num_requests for varied "
+                          "episodes", EnvWarning, stacklevel=4)
         self.rows = (lo, hi, n)
 
     def config(self, sim_config: SimConfig, rng: np.random.Generator) -> SimConfig:
@@ -171,9 +182,10 @@ class TraceWindow:
         return dataclasses.replace(sim_config, workload=wl)
 
 
-def _pins_offset(overrides, config: dict | None) -> bool:
-    given = any(str(o).lstrip("+~").split("=", 1)[0] == "workload.trace_offset" for o in overrides)
-    return given or "trace_offset" in ((config or {}).get("workload") or {})
+def _sets_workload(key: str, overrides, config: dict | None) -> bool:
+    """Whether the user's `overrides` or `config` set workload.KEY (not the scenario)."""
+    given = any(str(o).lstrip("+~").split("=", 1)[0] == f"workload.{key}" for o in overrides)
+    return given or key in ((config or {}).get("workload") or {})
 
 
 class PdgymEnv(gym.Env):
@@ -204,7 +216,8 @@ class PdgymEnv(gym.Env):
         sc = load_scenario(scenario, list(overrides))
         self.scenario_policies = sc.policy  # the scenario's policy specs at each decision point
         self.sim_config = merge_sim_config(sc.sim, config)
-        self.window = TraceWindow(self.sim_config, trace_split, _pins_offset(overrides, config))
+        self.window = TraceWindow(self.sim_config, trace_split, _sets_workload("trace_offset", overrides, config),
+                                  _sets_workload("num_requests", overrides, config))
         wl = dataclasses.replace(self.sim_config.workload, num_requests=1, phases=None)
         probe = Simulator(dataclasses.replace(self.sim_config, workload=wl), None, 0)  # the cluster's shape
         self._check_cluster(probe)

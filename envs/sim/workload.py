@@ -97,6 +97,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
+from pdgym.envs.sim.notices import PdgymWarning
 from pdgym.envs.sim.registry import Registry
 from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, read_trace
 from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_positive
@@ -104,7 +105,7 @@ from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_po
 __all__ = ["Workload", "WorkloadWarning", "make_workload", "sample_lengths"]
 
 
-class WorkloadWarning(UserWarning):
+class WorkloadWarning(PdgymWarning):
     """The workload differs from what the config literally asked for (e.g. a short trace)."""
 
 

@@ -1,0 +1,37 @@
+"""pdgym's own warnings, printed as one line.
+
+Python's default format adds the source line that called `warnings.warn` (for an env made by gym.make:
+gymnasium's `env = env_creator(**env_spec_kwargs)`), which tells a user nothing. Every pdgym warning is a
+PdgymWarning and prints as "pdgym: Category: text"; other packages' warnings keep Python's format (only
+these categories are formatted here, nothing is filtered or silenced).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+
+class PdgymWarning(UserWarning):
+    """Base of pdgym's warning categories (one line each: `install`)."""
+
+
+class EnvWarning(PdgymWarning):
+    """An env's episode setup differs from what a user may expect (e.g. every episode replays the same rows)."""
+
+
+def install() -> None:
+    """Format PdgymWarning categories as one line from now on (idempotent; wraps the current formatwarning)."""
+    previous = warnings.formatwarning
+    if getattr(previous, "pdgym", False):
+        return
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if isinstance(category, type) and issubclass(category, PdgymWarning):
+            return f"pdgym: {category.__name__}: {message}\n"
+        return previous(message, category, filename, lineno, line)
+
+    formatwarning.pdgym = True
+    warnings.formatwarning = formatwarning
+
+
+install()
