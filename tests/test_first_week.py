@@ -5,6 +5,7 @@ axis is the same for every policy, and a profile table measured for another mode
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import gymnasium as gym
@@ -111,3 +112,145 @@ def test_batching_decisions_name_the_unit_and_the_batch(kwargs, expect):
     assert re.fullmatch(expect, text), text
     if not kwargs.get("continuous"):
         assert str(u._unit) in text
+
+
+# --------------------------------------------------------------------------- (b) the Python API's errors
+def _error(fn) -> str:
+    from pdgym.envs.sim import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        fn()
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_gym_make_names_an_unknown_override_key_and_lists_the_keys_next_to_it():
+    from pdgym.envs.sim.config import WorkloadConfig
+
+    msg = _error(lambda: gym.make("pdgym/DecodeRouting-v0", overrides=["workload.bad_key=1"]))
+    assert msg.startswith("overrides: workload.bad_key: unknown key; workload has: ")
+    listed = set(msg.split("workload has: ")[1].split(";")[0].split(", "))
+    assert {"num_requests", "rate", "trace"} <= listed <= {f.name for f in dataclasses.fields(WorkloadConfig)}
+    msg = _error(lambda: gym.make("pdgym/DecodeRouting-v0", overrides=["bad.key=1"]))
+    assert msg.startswith("overrides: bad: unknown key; the config has: ") and "workload" in msg and "cluster" in msg
+    assert "did you mean workload.rate?" in _error(lambda: gym.make("pdgym/PhaseBatching-v0", overrides=["workload.rat=3"]))
+    assert _error(lambda: load_scenario_("decode_tier_n8", "workload.rate=3")).startswith(
+        "overrides: got 'workload.rate=3'; must be a list of 'key=value' strings")
+
+
+def load_scenario_(*args):
+    from pdgym.envs.scenario import load_scenario
+
+    return load_scenario(*args)
+
+
+def test_simulate_says_policies_is_a_mapping_with_an_example():
+    from pdgym.baselines import make_policies, make_policy
+    from pdgym.envs.sim import simulate
+
+    sc = load_scenario_("decode_tier_n8", ["workload.num_requests=20"])
+    msg = _error(lambda: simulate(sc.sim, "least_kv"))
+    assert msg.startswith("policies: got 'least_kv' (str); must be a mapping decision point (prefill, decode, batching)")
+    assert "{'decode': make_policy('decode', 'least_kv')}" in msg
+    assert "make_policy('decode', 'least_kv')" in _error(lambda: simulate(sc.sim, {"decode": "least_kv"}))
+    assert "{'decode': 'least_kv'}" in _error(lambda: make_policies("least_kv"))
+    assert ".sim" in _error(lambda: simulate(sc, None))  # the Scenario, not its simulator config
+    # the example in the messages runs
+    assert simulate(sc.sim, {"decode": make_policy("decode", "least_kv")}).summary()["finished"] == 20
+
+
+def test_evaluate_entry_points_name_what_they_take():
+    from pdgym.agents.evaluation import evaluate as E
+
+    assert _error(lambda: E.resolve(3)).startswith("policy: got 3; must be a baseline name")
+    sc = load_scenario_("decode_tier_n8", ["workload.num_requests=20"])
+    cand = E.resolve("least_kv")
+    assert _error(lambda: E.evaluate(sc.raw, cand, 3)).startswith("seeds: got 3; must be a non-empty list")
+    assert "load_scenario('decode_tier_n16').raw" in _error(lambda: E.evaluate(sc.sim, cand, [0]))
+
+
+# --------------------------------------------------------------------------- (c) gym.make's own defaults
+def test_gym_make_defaults_give_varied_episodes_without_a_warning_and_a_user_value_still_warns():
+    import warnings
+
+    import yaml
+    from pdgym.envs.base import EPISODE_REQUESTS
+    from pdgym.envs.sim.notices import EnvWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        env = gym.make("pdgym/DecodeRouting-v0")
+    u = env.unwrapped
+    lo, hi, n = u.window.rows
+    assert n == min(EPISODE_REQUESTS, u.sim_config.workload.num_requests) < hi - lo
+    offsets = {u.window.config(u.sim_config, np.random.default_rng(s)).workload.trace_offset for s in range(4)}
+    assert len(offsets) > 1  # seeds replay different rows
+    with pytest.warns(EnvWarning, match=r"workload.num_requests=10000 fills the train split of 'azure_conv'"):
+        gym.make("pdgym/DecodeRouting-v0", overrides=["workload.num_requests=10000"])
+    with pytest.warns(EnvWarning, match="fills the train split"):
+        gym.make("pdgym/DecodeRouting-v0", config={"workload": {"num_requests": 9000}})
+    for name in ("decode_routing", "prefill_dispatch", "phase_batching"):  # the training episode is the same default
+        from importlib.resources import files
+
+        conf = yaml.safe_load((files("pdgym.conf") / "env" / f"{name}.yaml").read_text())
+        assert f"workload.num_requests={EPISODE_REQUESTS}" in conf["env"]["overrides"]
+
+
+# --------------------------------------------------------------------------- (d) one-line warnings
+def test_pdgym_warnings_print_as_one_line_and_others_keep_their_format():
+    import subprocess
+    import sys
+
+    code = ("import warnings, gymnasium as gym, pdgym.envs\n"
+            "gym.make('pdgym/DecodeRouting-v0', scenario='decode_tier_n8', trace_split=None,\n"
+            "         overrides=['workload.num_requests=99999', 'workload.trace_offset=10000']).reset(seed=0)\n"
+            "gym.make('pdgym/DecodeRouting-v0', overrides=['workload.num_requests=10000'])\n"
+            "warnings.warn('not ours', FutureWarning)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    lines = p.stderr.splitlines()
+    ours = [ln for ln in lines if ln.startswith("pdgym: ")]
+    assert [ln.split(":")[1].strip() for ln in ours] == ["WorkloadWarning", "EnvWarning"], p.stderr
+    assert "workload.num_requests: trace 'azure_conv' has only" in ours[0]
+    rest = [ln for ln in lines if not ln.startswith("pdgym: ")]
+    assert rest == ["<string>:5: FutureWarning: not ours"], p.stderr  # Python's own format (file:line: Category)
+
+
+# --------------------------------------------------------------------------- (e) a board axis the same for every policy
+def _drawn(monkeypatch, draw) -> dict:
+    """What a leaderboard plot put on its figure: every text shown and the axis labels."""
+    import matplotlib.text
+    from matplotlib.figure import Figure
+
+    seen: dict = {}
+    save = Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        ax = fig.axes[0]
+        seen.update(texts=[t.get_text() for t in fig.findobj(matplotlib.text.Text)], x=ax.get_xlabel(),
+                    y=ax.get_ylabel(), axis=ax.axison)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    draw()
+    return seen
+
+
+def test_tradeoff_plot_says_a_metric_is_the_same_for_every_policy_instead_of_drawing_its_axis(monkeypatch, tmp_path):
+    import pandas as pd
+    from pdgym.agents.evaluation.leaderboard_plots import bars, tradeoff
+
+    ttft = [0.2168, 0.2150, 0.2185]  # per seed, the same for every router (decode routing leaves prefill alone)
+    tpot = {"least_kv": 0.112, "br0": 0.068, "jsq": 0.116}
+    runs = pd.DataFrame([{"policy": p, "kind": "baseline", "seed": s, "ttft_mean": ttft[s], "tpot_mean": m + 0.001 * s}
+                         for p, m in tpot.items() for s in range(3)])
+    seen = _drawn(monkeypatch, lambda: tradeoff(runs, "decode_ht_n16", tmp_path / "a.png"))
+    assert f"ttft_mean = {np.mean(ttft):.4g} s for every policy" in seen["texts"]
+    assert "TTFT" not in seen["y"] and seen["x"].startswith("TPOT mean")
+    assert {"least_kv", "br0", "jsq"} <= set(seen["texts"])  # a row per policy
+    moved = runs.assign(ttft_mean=runs.ttft_mean + np.where(runs.policy == "br0", 0.01, 0.0))
+    seen = _drawn(monkeypatch, lambda: tradeoff(moved, "decode_ht_n16", tmp_path / "b.png"))
+    assert seen["y"] == "TTFT mean (s)" and not any("for every policy" in t for t in seen["texts"])
+    table = pd.DataFrame([{"policy": p, "kind": "baseline", "mean": 3.5, "ci_low": 3.4, "ci_high": 3.6} for p in tpot])
+    seen = _drawn(monkeypatch, lambda: bars(table, "rps (req/s), higher is better", "batching", tmp_path / "c.png"))
+    assert not seen["axis"] and any(t.startswith("rps (req/s) = 3.5 for every policy") for t in seen["texts"])
