@@ -254,3 +254,56 @@ def test_tradeoff_plot_says_a_metric_is_the_same_for_every_policy_instead_of_dra
     table = pd.DataFrame([{"policy": p, "kind": "baseline", "mean": 3.5, "ci_low": 3.4, "ci_high": 3.6} for p in tpot])
     seen = _drawn(monkeypatch, lambda: bars(table, "rps (req/s), higher is better", "batching", tmp_path / "c.png"))
     assert not seen["axis"] and any(t.startswith("rps (req/s) = 3.5 for every policy") for t in seen["texts"])
+
+
+# --------------------------------------------------------------------------- (f) a profile table of another model or hardware
+def _table(path, model: str | None, hardware: str | None):
+    rows = [("prefill", 128, "", 0.01), ("prefill", 4096, "", 0.2), ("decode", 8, 1000, 0.005), ("decode", 64, 90000, 0.02)]
+    head = "phase,tokens,kv,time_s" + (",model" if model else "") + (",hardware" if hardware else "")
+    tail = (f",{model}" if model else "") + (f",{hardware}" if hardware else "")
+    path.write_text(head + "\n" + "".join(f"{p},{t},{k},{s}{tail}\n" for p, t, k, s in rows))
+    return str(path)
+
+
+def _table_cost(path: str, hardware: str, model: str):
+    from pdgym.envs.sim.config import CostConfig, InstanceConfig
+    from pdgym.envs.sim.cost import build_cost_model
+    from pdgym.envs.sim.hardware import load_hardware
+    from pdgym.envs.sim.models import load_model
+
+    return build_cost_model(CostConfig(kind="table", params={"path": path}), load_hardware(hardware), load_model(model),
+                            InstanceConfig(count=1))
+
+
+def test_a_profile_table_of_another_model_is_refused_and_of_other_hardware_warned(tmp_path):
+    import warnings
+
+    from pdgym.envs.sim.notices import CostWarning
+
+    path = _table(tmp_path / "t.csv", "qwen3_8b", "h100")
+    msg = _error(lambda: _table_cost(path, "h100", "qwen3_30b_a3b"))
+    assert msg.startswith(f"cost.params.path: {path} times model qwen3_8b; the scenario serves qwen3_30b_a3b")
+    with pytest.warns(CostWarning, match=r"timed on hardware h100; the scenario runs h800"):
+        _table_cost(path, "h800", "qwen3_8b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = _table_cost(path, "h100", "qwen3_8b")  # the pair it timed: no word
+        bare = _table_cost(_table(tmp_path / "bare.csv", None, None), "h800", "qwen3_30b_a3b")  # names nothing: taken
+    one, z = np.ones(1), np.zeros(1)
+    assert same.pass_time(one * 128, one * 128 * 64, z, z) == pytest.approx(0.01)
+    assert bare.pass_time(z, z, one * 64, one * 90000) == pytest.approx(0.02)
+
+
+def test_pdgym_sim_refuses_another_models_table_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = _table(tmp_path / "t.csv", "qwen3_8b", "h100")
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "pdgym.agents.apps.sim", "scenario=decode_tier_n8", "workload.num_requests=20",
+                        "cost.kind=table", f"+cost.params.path={path}", f"hydra.run.dir={out}"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"pdgym-sim: error: cost.params.path: {path} times model qwen3_8b; the scenario serves qwen3_30b_a3b: profile it "
+        "(pdgym-profile model=qwen3_30b_a3b hardware=...) or use a scenario of qwen3_8b"], p.stderr
+    assert not out.exists()

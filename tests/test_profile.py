@@ -74,7 +74,8 @@ def test_printed_table_override_drives_pdgym_sim(tiny_profile, tmp_path, monkeyp
 def test_table_csv_loads_into_the_table_cost_model_and_drives_a_simulation(tiny_run):
     path = str(tiny_run / "table.csv")
     table = pd.read_csv(path)
-    assert list(table.columns) == ["phase", "tokens", "kv", "time_s"]
+    assert list(table.columns) == ["phase", "tokens", "kv", "time_s", "model", "hardware"]
+    assert set(table.model) == {"qwen3_8b"} and set(table.hardware) == {"h100"}  # what was timed, checked on use
     cost = build_cost_model(CostConfig(kind="table", params={"path": path}), load_hardware("h100"),
                             load_model("qwen3_8b"), InstanceConfig(count=1))
     z, one = np.zeros(1), np.ones(1)

@@ -14,7 +14,8 @@ cost lands in the fitted pass_overhead_s only as far as it scales). MoE experts 
 projection where torch has one (no host sync). Measured with it on an H200: data/calibration/SOURCES.md.
 
 Writes to DIR (each file atomically; fit.json last, so a run without it is incomplete):
-  table.csv           cost.kind=table input (phase, tokens, kv, time_s), checked by a short simulate();
+  table.csv           cost.kind=table input (phase, tokens, kv, time_s; model, hardware: a scenario of
+                      another model refuses it, of other hardware warns), checked by a short simulate();
                       use it with cost.kind=table +cost.params.path=DIR/table.csv
   measurements.csv    every grid point: measured and fitted seconds, relative error
   hardware_fit.yaml   the hardware profile with the fitted mfu, mbu, pass_overhead_s
@@ -441,14 +442,16 @@ def measure(s: Settings, progress=print) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- the table and the fit
-def table_frame(df: pd.DataFrame) -> pd.DataFrame:
+def table_frame(df: pd.DataFrame, model: str, hardware: str) -> pd.DataFrame:
     """cost.kind=table rows: prefill over tokens; decode over KV tokens read (points with the same KV
-    count averaged, so np.interp sees strictly increasing x)."""
+    count averaged, so np.interp sees strictly increasing x); each row names the model and hardware timed,
+    which the table cost model checks against the scenario's (envs/sim/cost.TableCost)."""
     pre = df[df.phase == "prefill"].groupby("tokens", as_index=False).time_s.mean()
     pre = pre.assign(phase="prefill", kv="")
     dec = df[df.phase == "decode"].groupby("kv", as_index=False).agg(tokens=("batch", "mean"), time_s=("time_s", "mean"))
     dec = dec.assign(phase="decode", tokens=dec.tokens.round().astype(int))
-    return pd.concat([pre, dec])[["phase", "tokens", "kv", "time_s"]].reset_index(drop=True)
+    out = pd.concat([pre, dec])[["phase", "tokens", "kv", "time_s"]].reset_index(drop=True)
+    return out.assign(model=model, hardware=hardware)
 
 
 def ideal_terms(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -555,7 +558,7 @@ def main(cfg: DictConfig) -> dict:
           + (f"{sh.experts} experts top-{sh.top_k} x {sh.expert_ffn}" if sh.experts else f"MLP {sh.ffn}"))
     df = measure(s)
     with atomic_path(out / "table.csv") as tmp:
-        table_frame(df).to_csv(tmp, index=False)
+        table_frame(df, s.model.name, s.hw.name).to_csv(tmp, index=False)
     check_run = check_table(s, cfg, out / "table.csv") if s.check_requests else None
     fit = fit_roofline(s.hw, timed_model(s.model, sh), df)
     df = df.assign(fitted_s=fit["fitted_s"], rel_err=fit["rel_err"],
@@ -595,7 +598,7 @@ def main(cfg: DictConfig) -> dict:
               "fit is underdetermined and its errors say nothing; give more profile.prefill_tokens / decode_batch "
               "points, of both phases")
     print(f"results in {out}")
-    print(f"to simulate with the table, add to a pdgym-sim run of the same model and hardware: "
+    print(f"to simulate with the table, add to a pdgym-sim run of the same model ({s.model.name}) and hardware: "
           f"cost.kind=table +cost.params.path={out / 'table.csv'}")
     return summary
 

@@ -20,6 +20,7 @@ import io
 import math
 import numbers
 import types
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -28,6 +29,7 @@ from . import safe_files
 from .config import CostConfig, InstanceConfig
 from .hardware import HardwareProfile
 from .models import ModelProfile
+from .notices import CostWarning
 from .registry import Registry
 from .validation import ConfigError, check, check_choice, check_params
 
@@ -257,9 +259,15 @@ class TableCost(CostModel):
     """Measured timings: per unit, prefill time interpolated over prompt tokens, decode time
     over batch size, or over KV tokens when the CSV has a `kv` column (KV reads drive a
     memory-bound decode step); a mixed unit pays both; the instance takes the max.
-    Outside the measured range the end values are held (np.interp)."""
+    Outside the measured range the end values are held (np.interp).
 
-    def __init__(self, dp: int, path: str):
+    A table that names what it timed (`model`, `hardware` columns: pdgym-profile writes them) is checked
+    against the scenario: another model is refused (its layers have other shapes, so every pass time would
+    be wrong); other hardware is a CostWarning, not a refusal: one device's kernel timings carry over between
+    parts of one silicon (an H100 table for the H800, whose difference is the interconnect a one-device
+    table does not time), the way calibration sets Hopper measurements against the H800 scenarios."""
+
+    def __init__(self, dp: int, path: str, hardware: str | None = None, model: str | None = None):
         super().__init__(dp)
         key = "cost.params.path"
         reader = csv.DictReader(io.StringIO(safe_files.read_text(path, MAX_TABLE_BYTES, key), newline=""))
@@ -267,6 +275,7 @@ class TableCost(CostModel):
         cols = set(reader.fieldnames or ())
         check({"phase", "tokens", "time_s"} <= cols, key,
               f"{path} needs columns phase, tokens, time_s (has: {', '.join(sorted(cols)) or 'none'})")
+        self._check_identity(path, rows, cols, hardware, model)
         bad = sorted({r["phase"] for r in rows} - {"prefill", "decode"})
         if bad:
             raise ConfigError(f"{key}: {path} has phase {bad[0]!r}; allowed: prefill, decode")
@@ -285,6 +294,21 @@ class TableCost(CostModel):
             curves[phase] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
         self.xp, self.yp = curves["prefill"]
         self.xd, self.yd = curves["decode"]
+
+    @staticmethod
+    def _check_identity(path: str, rows: list[dict], cols: set, hardware: str | None, model: str | None) -> None:
+        key = "cost.params.path"
+        named = {c: sorted({r[c] for r in rows}) for c in ("model", "hardware") if c in cols}
+        for c, vals in named.items():
+            check(len(vals) == 1 and bool(vals[0]), key, f"{path} has {len(vals)} {c} values ({', '.join(vals)}); "
+                  f"a table times one {c}")
+        if model is not None and "model" in named and named["model"][0] != model:
+            raise ConfigError(f"{key}: {path} times model {named['model'][0]}; the scenario serves {model}: profile "
+                              f"it (pdgym-profile model={model} hardware=...) or use a scenario of {named['model'][0]}")
+        if hardware is not None and "hardware" in named and named["hardware"][0] != hardware:
+            warnings.warn(f"{key}: {path} was timed on hardware {named['hardware'][0]}; the scenario runs {hardware}, "
+                          f"and its passes take {named['hardware'][0]}'s times (right for one silicon, e.g. h100 -> "
+                          f"h800; for {hardware}'s own: pdgym-profile hardware={hardware})", CostWarning, stacklevel=2)
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
         dx = decode_kv if self.by_kv else decode_reqs
@@ -351,7 +375,7 @@ def _piecewise_linear(params: dict, hw: HardwareProfile, model: ModelProfile, in
 def _table(params: dict, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig) -> CostModel:
     check_params(params, ("path",), "cost.params", "kind=table")
     check(isinstance(params.get("path"), str), "cost.params.path", "required for kind=table: give +cost.params.path=FILE.csv")
-    return TableCost(inst.dp, params["path"])
+    return TableCost(inst.dp, params["path"], hw.name, model.name)
 
 
 def _nonneg(params: Mapping, k: str) -> float:

@@ -19,6 +19,10 @@ class EnvWarning(PdgymWarning):
     """An env's episode setup differs from what a user may expect (e.g. every episode replays the same rows)."""
 
 
+class CostWarning(PdgymWarning):
+    """A cost model's input was measured elsewhere (e.g. a profile table timed on other hardware)."""
+
+
 def install() -> None:
     """Format PdgymWarning categories as one line from now on (idempotent; wraps the current formatwarning)."""
     previous = warnings.formatwarning
