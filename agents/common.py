@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pdgym.agents import run_folder
-from pdgym.envs.compose_errors import config_choices, group_options, hydra_error_line
+from pdgym.envs.compose_errors import config_choices, group_options, hydra_error_line, new_root_key
 from pdgym.envs.sim.config import ConfigError, SimConfig, check_footprint, check_key_path, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))
@@ -226,6 +226,9 @@ def compose_checked(app: str, config_name: str, overrides: list[str], job_name: 
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    for o in overrides:  # +KEY=... at the top level: Hydra adds it, no app reads it
+        if (line := new_root_key(o, config_name, overrides)) is not None:
+            fail(app, line)
     try:
         with initialize_config_module("pdgym.conf", job_name=job_name, version_base=None):
             cfg = compose(config_name, overrides=overrides, return_hydra_config=True)

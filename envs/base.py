@@ -150,7 +150,7 @@ class TraceWindow:
     (the scenario's own trace_offset).
     """
 
-    def __init__(self, sim_config: SimConfig, split: str | None, pinned: bool, sized: bool = True):
+    def __init__(self, sim_config: SimConfig, split: str | None, pinned: bool, requests_given: bool = True):
         splits = trace_splits()
         if split is not None:
             check_choice(split, "env.trace_split", tuple(splits))
@@ -164,9 +164,9 @@ class TraceWindow:
         lo, hi = int(splits[split]["trace_from"] * total), int(splits[split]["trace_to"] * total)
         if hi <= lo:
             raise ConfigError(f"env.trace_split: split {split!r} holds no rows of {wl.trace!r} ({total} rows)")
-        n = min(int(wl.num_requests) if sized else min(int(wl.num_requests), EPISODE_REQUESTS), hi - lo)
+        n = min(int(wl.num_requests) if requests_given else min(int(wl.num_requests), EPISODE_REQUESTS), hi - lo)
         if n == hi - lo:
-            what = (f"workload.num_requests={wl.num_requests} fills" if sized else
+            what = (f"workload.num_requests={wl.num_requests} fills" if requests_given else
                     f"an episode's default {EPISODE_REQUESTS} requests fill")
             warnings.warn(f"{what} the {split} split of {wl.trace!r} ({hi - lo} rows): every episode replays the same "
                           "rows (only the simulator's random streams differ); lower workload.num_requests for varied "

@@ -83,7 +83,9 @@ def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str)
             return f"{full}: unknown key; {hint}{parent} has: {allowed} (its keys are fixed)"
         if full != key:  # a mapping given to `key` carries the new key: suggest adding that key alone
             value = _sub_value(overrides, key, full[len(key) + 1:])
-        return f"{full}: unknown key; {hint}{parent or 'the config'} has: {allowed}; to add a new key use +{full}={value}"
+        if not parent:  # nothing reads a new top-level key: adding one (+key) would be refused too (ROOT_ADD)
+            return f"{full}: unknown key; {hint}the config has: {allowed}"
+        return f"{full}: unknown key; {hint}{parent} has: {allowed}; to add a new key use +{full}={value}"
     m = re.match(r"Could not append to config\. An item is already at '([^']+)'", first)
     if m:
         return f"{m.group(1)}: already set; drop the '+' to change it ({m.group(1)}=...), or use ++ to add or override"
@@ -114,6 +116,22 @@ def config_choices(config_name: str) -> dict:
             return dict(compose(config_name, return_hydra_config=True).hydra.runtime.choices)
     except Exception:  # noqa: BLE001 - help text only
         return {}
+
+
+def new_root_key(override: str, config_name: str, overrides: list[str]) -> str | None:
+    """The one line refusing `+KEY=...` that adds a top-level KEY the config does not have (no app reads one, so
+    it would be dropped in silence); None for anything else (a nested key, a group, a key already there)."""
+    if not override.startswith("+") or "=" not in override:
+        return None
+    key = override.lstrip("+").split("=", 1)[0]
+    if not key or "." in key or "/" in key or group_options(key):
+        return None
+    keys = _keys_of(config_name, [o for o in overrides if not o.startswith("+")], "")
+    if keys is None or key in keys:
+        return None
+    close = difflib.get_close_matches(key, keys, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"{key}: unknown key (+ adds it, and nothing reads a new top-level key); {hint}the config has: {', '.join(keys)}"
 
 
 def _keys_of(config_name: str, overrides: list[str], node: str) -> list[str] | None:

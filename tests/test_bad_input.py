@@ -51,7 +51,8 @@ SIM = [
     (["cluster.prefill.tp=1", "cluster.prefill.ep=8"], "cluster.prefill.kv_capacity_tokens"),  # 98.8 GB > 80
     (["cluster.prefill.kv_capacity_tokens=100"], "cluster.prefill.kv_capacity_tokens"),  # a prompt does not fit
     (["cluster.topology=ring"], "cluster.topology"),
-    (["policy.prefill.bogus=3"], "+policy.prefill.bogus=3"), (["bogus=1"], "+bogus=1"),
+    (["policy.prefill.bogus=3"], "+policy.prefill.bogus=3"), (["bogus=1"], "bogus: unknown key; the config has: "),
+    (["+bogus=1"], "bogus: unknown key (+ adds it, and nothing reads a new top-level key)"),
     (["workload.bogus=1"], "workload.bogus"), (["workload.prompt.bogus=1"], "workload.prompt.bogus"),
     (["hardware="], "hardware: empty"), (["scenario="], "scenario: empty"),
     (["hardware=tpu_v9"], "hardware"), (["scenario=nope"], "scenario"), (["model=gpt5"], "model"),
@@ -80,11 +81,12 @@ SIM = [
     (["cost.params=[1]"], "cost.params"),
     # interpolations that do not resolve (an InterpolationKeyError traceback)
     (["workload.rate=${nonexistent}"], "workload.rate"), (["workload.rate=${oc.env:NO_SUCH_PDGYM_VAR}"], "NO_SUCH"),
-    (["+x=${nonexistent}"], "x: Interpolation key"), (["hydra.mode=MULTIRUN"], "hydra.mode"),
+    (["+workload.x=${nonexistent}"], "workload.x: Interpolation key"), (["hydra.mode=MULTIRUN"], "hydra.mode"),
 ]
 REPRO = [
     (["no_such_repro"], "md1_check"), ([], "usage"), (["seed=3"], "usage"),
-    (["md1_check", "seed=-1"], "seed"), (["md1_check", "seed=abc"], "seed"), (["md1_check", "bogus=1"], "+bogus=1"),
+    (["md1_check", "seed=-1"], "seed"), (["md1_check", "seed=abc"], "seed"), (["md1_check", "bogus=1"], "bogus: unknown key;"),
+    (["md1_check", "+bogus=1"], "bogus: unknown key (+ adds it"),
     (["md1_check", "repro.bogus=1"], "repro.bogus"), (["md1_check", "--frobnicate"], "flags"),
     (["md1_check", "workload.rate=inf"], "workload.rate"),
     (["br_imbalance", "repro.seeds=[]"], "repro.seeds"), (["sbs_ttft", "repro.seeds=[-1]"], "repro.seeds"),
@@ -125,7 +127,8 @@ REPRO = [
 OTHERS = [
     (app, argv, key)
     for app in ("pdgym-eval", "pdgym-leaderboard", "pdgym-train")
-    for argv, key in ((["bogus=1"], "+bogus=1"), (["a.b=[1"], "cannot parse"), (["splits=nope"], "splits"))
+    for argv, key in ((["bogus=1"], "bogus: unknown key;"), (["+bogus=1"], "bogus: unknown key (+ adds it"),
+                      (["a.b=[1"], "cannot parse"), (["splits=nope"], "splits"))
 ] + [
     ("pdgym-eval", ["scenario="], "scenario: empty"), ("pdgym-eval", ["hardware.hbm_gb=-80"], "did you mean"),
     ("pdgym-eval", ["policy.decode.window=0"], "policy.decode.window"),

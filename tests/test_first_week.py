@@ -307,3 +307,13 @@ def test_pdgym_sim_refuses_another_models_table_in_one_line(tmp_path):
         f"pdgym-sim: error: cost.params.path: {path} times model qwen3_8b; the scenario serves qwen3_30b_a3b: profile it "
         "(pdgym-profile model=qwen3_30b_a3b hardware=...) or use a scenario of qwen3_8b"], p.stderr
     assert not out.exists()
+
+
+def test_leaderboard_entry_points_name_what_they_take():
+    from pdgym.agents.apps import leaderboard as L
+    from pdgym.agents.evaluation.leaderboard_run import board_scenarios
+
+    assert _error(lambda: L.check_config("quick")).startswith("config: got str; must be the composed leaderboard config")
+    assert _error(lambda: board_scenarios(["decode"])).startswith("scenarios: got ['decode']; must be a mapping")
+    msg = _error(lambda: board_scenarios({"d": "decode_tier_n8"}))
+    assert msg.startswith("scenarios.d: got 'decode_tier_n8'; must be a mapping with keys scenario, point, primary")

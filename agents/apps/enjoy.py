@@ -6,12 +6,13 @@ The policy is resolved as pdgym-eval resolves it (a pdgym-train run directory or
 name); the episode runs in the Gymnasium env of its decision point (render_mode "rgb_array"), a trained
 agent through its saved network, a baseline through the env's `teacher_action` (the action that does
 what the baseline would do; prefill and decode baselines). Every `every`-th decision, up to `max_frames`
-(the episode's last state always among them), the cluster is drawn. Each frame and its text say the action taken
-there in words (PdgymEnv.describe_action: "route req 1234 -> worker 3", "release the short half ...",
-"SKIP req 77"). DIR receives frames/frame_NNNN.png, episode.gif (Pillow, which matplotlib brings),
-episode.txt (the same decisions as "ansi" text), decisions.txt (every decision, one line each: its index,
-simulated time and action) and summary.json (episode return, decisions, requests resolved), each written
-to a temporary name and renamed; summary.json comes last. `max_steps` bounds the episode, so an agent that holds forever still ends.
+(the episode's last state always among them), the cluster is drawn; each frame and its text say the action
+taken there in words (PdgymEnv.describe_action: "route req 1234 (980 tok) -> worker 3", "SKIP req 77",
+"release the short half ..."). DIR receives frames/frame_NNNN.png, episode.gif (Pillow, which matplotlib
+brings), episode.txt (the same decisions as "ansi" text), decisions.txt (every decision, one line each: its
+index, simulated time and action) and summary.json (episode return, decisions, requests resolved), each
+written to a temporary name and renamed; summary.json comes last. `max_steps` bounds the episode, so an
+agent that holds forever still ends.
 """
 
 from __future__ import annotations

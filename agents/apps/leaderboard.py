@@ -99,6 +99,9 @@ def train_agents(entries: list[dict], out: Path, progress: bool = True) -> list[
 # --------------------------------------------------------------------------- the app
 def check_config(cfg: dict) -> dict:
     """Every input checked before anything runs or is written: one ConfigError line naming the key."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config: got {type(cfg).__name__}; must be the composed leaderboard config as a dict, e.g. "
+                          "OmegaConf.to_container(compose('leaderboard', overrides=['preset=quick']), resolve=True)")
     seeds = cfg.get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                             and s >= 0 for s in seeds):

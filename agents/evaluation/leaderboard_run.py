@@ -57,10 +57,15 @@ REGIME_KEYS = ("load", "pool_mean_min", "pool_empty_max", "why")
 def board_scenarios(spec: dict) -> list[BoardScenario]:
     out = []
     allowed = [f for f in BoardScenario.__dataclass_fields__ if f != "key"]
+    if not isinstance(spec, dict):
+        raise ConfigError(f"scenarios: got {spec!r}; must be a mapping KEY -> {{{', '.join(allowed)}}}")
     for key, s in spec.items():
         if s is None:  # a preset removes a scenario by setting it to null
             continue
         check_label(key, f"scenarios.{key}")
+        if not isinstance(s, dict):
+            raise ConfigError(f"scenarios.{key}: got {s!r}; must be a mapping with keys {', '.join(allowed)} "
+                              "(scenario, point, primary required), or null to drop it")
         s = dict(s)
         for k in s:
             if k not in allowed:
