@@ -208,18 +208,19 @@ class _Core(LayoutCore, PrefillScheduler):
     def describe(self, sim, a: int) -> str:
         """The valid action `a` in words (pdgym-enjoy's decision lines)."""
         nb = len(sim.buffer)
+        reqs = f"{nb} request{'s' if nb != 1 else ''}"
         if self.composition:
             to = f" -> prefill {self._target}" if self._target is not None else ""
             if a == 0:
-                return f"release the whole buffer ({nb} requests){to}"
+                return f"release the whole buffer ({reqs}){to}"
             med, work = self.classes.median, sim.req.work
             n = sum((work[r] <= med) == (a == 1) for r in sim.buffer)
             half = "short half (<=" if a == 1 else "long half (>"
             return f"release the {half} {med:.0f} tok: {n} of {nb} requests){to}"
         if a == 0:
-            return f"hold ({nb} requests buffered)"
+            return f"hold ({reqs} buffered)"
         if self.mode == "timing":
-            return f"release the buffer ({nb} requests) -> prefill {a - 1}"
+            return f"release the buffer ({reqs}) -> prefill {a - 1}"
         rid = self.candidate(sim)
         if a == self.skip:
             return f"SKIP req {rid} (stays buffered; the next one is offered)"

@@ -85,9 +85,9 @@ def test_prefill_timing_and_composition_say_what_is_released():
     env = gym.make("pdgym/PrefillDispatch-v0", overrides=SMALL)
     u = env.unwrapped
     env.reset(seed=0)
-    nb = len(u.sim.buffer)
-    assert u.describe_action(0) == f"hold ({nb} requests buffered)"
-    assert u.describe_action(1) == f"release the buffer ({nb} requests) -> prefill 0"
+    reqs = f"{len(u.sim.buffer)} request" + ("s" if len(u.sim.buffer) != 1 else "")
+    assert u.describe_action(0) == f"hold ({reqs} buffered)"
+    assert u.describe_action(1) == f"release the buffer ({reqs}) -> prefill 0"
     env = gym.make("pdgym/PrefillDispatch-v0", mode="composition", overrides=SMALL)
     u = env.unwrapped
     env.reset(seed=0)
@@ -96,7 +96,7 @@ def test_prefill_timing_and_composition_say_what_is_released():
     mask = u.action_masks()
     if mask[1]:
         assert f"short half (<= {med:.0f} tok: {short} of {len(u.sim.buffer)} requests)" in u.describe_action(1)
-    assert u.describe_action(0).startswith(f"release the whole buffer ({len(u.sim.buffer)} requests) -> prefill ")
+    assert u.describe_action(0).startswith(f"release the whole buffer ({len(u.sim.buffer)} request")
 
 
 @pytest.mark.parametrize("kwargs,expect", [({"mode": "phase"}, r"colocated 0 unit \d+: run a (prefill|decode|mixed) batch"),
