@@ -419,7 +419,7 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
         raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
     if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not isinstance(spec.get("name"), str)):
         raise ConfigError(f"policy: got {spec!r}; must be a baseline name (e.g. 'least_kv'), {{'name': ..., params}}, "
-                          "a pdgym-train run folder or model zip, or module:Class")
+                          "a pdgym-train run folder or model zip, zoo:NAME, or module:Class")
     if isinstance(spec, str) and is_model_path(spec):
         agent = load_agent(spec)
         if point is not None and point != agent.point:
