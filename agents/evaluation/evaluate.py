@@ -372,7 +372,7 @@ def load_agent(path: str | Path) -> LoadedAgent:
     if root is None:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
     meta = read_agent_meta(root)
-    return LoadedAgent(zip_path, meta, load_predictor(zip_path))
+    return LoadedAgent(zip_path, meta, load_predictor(zip_path, trained_on=meta["env_kwargs"].get("scenario")))
 
 
 def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
@@ -383,7 +383,8 @@ def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
 
     ent = zoo.entry(name, root)
     path = zoo.archive(name, root)
-    return LoadedAgent(path, zoo.agent_meta(name, ent), load_predictor(path, ent["sha256"]))
+    meta = zoo.agent_meta(name, ent)
+    return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")))
 
 
 # --------------------------------------------------------------------------- candidates

@@ -325,7 +325,7 @@ def load_policy(path: Path, sha256: str | None = None) -> tuple[Any, NetSpec, Ob
     return policy, spec, obs_norm
 
 
-def load_predictor(path: Path, sha256: str | None = None):
+def load_predictor(path: Path, sha256: str | None = None, trained_on: str | None = None):
     """predict(obs, mask) -> action of a saved model (see `predictor`), for an evaluating process.
 
     Sets PyTorch to one thread: one observation at a time through a small network gains nothing from
@@ -336,7 +336,7 @@ def load_predictor(path: Path, sha256: str | None = None):
 
     torch.set_num_threads(1)
     policy, spec, obs_norm = load_policy(path, sha256)
-    return predictor(policy, spec.algo, obs_norm)
+    return predictor(policy, spec.algo, obs_norm, trained_on)
 
 
 def restore(model, path: Path, vec_norm=None) -> int:
@@ -371,7 +371,7 @@ def restore(model, path: Path, vec_norm=None) -> int:
 
 
 # --------------------------------------------------------------------------- acting
-def predictor(policy, algo: str, obs_norm=None):
+def predictor(policy, algo: str, obs_norm=None, trained_on: str | None = None):
     """predict(obs, mask) -> action: the policy's greedy action among the allowed ones.
 
     MaskablePPO masks its logits as sb3-contrib does (-1e8 where masked); for PPO / A2C the categorical logits
@@ -400,9 +400,10 @@ def predictor(policy, algo: str, obs_norm=None):
     def predict(obs: np.ndarray, mask: np.ndarray) -> int:
         obs = np.asarray(obs, dtype=np.float32)
         if size is not None and obs.size != size:  # another cluster shape (instances, DP units, window) than the one it was trained on
+            where = (f"scenario={trained_on}: add it to the command" if trained_on
+                     else "its agent.json or zoo entry names that scenario")
             raise ConfigError(f"policy: the agent takes observations of {size} values and this scenario gives "
-                              f"{obs.size}: its cluster differs from the one the agent was trained on (its agent.json "
-                              "or zoo entry names that scenario)")
+                              f"{obs.size}: its cluster differs from the one the agent was trained on ({where})")
         if obs_norm is not None:
             obs = obs_norm.normalize_obs(obs).astype(np.float32)
         mask = np.asarray(mask, dtype=bool)
