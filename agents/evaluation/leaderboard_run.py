@@ -4,6 +4,7 @@ measures a scenario's capacity (the `load` a scenario declares is relative to it
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -142,7 +143,7 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
         if isinstance(spec, dict) and "overrides" in spec:  # a headroom row that changes the cluster (hindsight eviction)
             spec = dict(spec)
             extra = tuple(spec.pop("overrides"))
-        cand = _resolve_cached(label, kind, spec if isinstance(spec, str) else tuple(sorted(spec.items())), sc.point)
+        cand = _resolve_cached(label, kind, spec, sc.point)
         raw = sc.raw(rate, extra)
         out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
@@ -154,7 +155,7 @@ _CACHE: dict = {}
 
 
 def _resolve_cached(label: str, kind: str, spec, point: str) -> E.Candidate:
-    key = (label, kind, spec, point)
+    key = (label, kind, spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True), point)  # lists too
     if key not in _CACHE:
         _CACHE[key] = E.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
     return _CACHE[key]
@@ -180,7 +181,10 @@ def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | 
     if wl.get("arrival") == "closed":
         return math.nan
     n = min(int(wl["num_requests"]), int(max_requests)) if max_requests else int(wl["num_requests"])
-    burst = dict(raw, workload=dict(wl, arrival="poisson", rate=1e6, time_scale=None, num_requests=n))
+    burst_wl = dict(wl, arrival="poisson", rate=1e6, time_scale=None, num_requests=n)
+    if wl.get("phases"):  # a phase's own rate would override the burst's: every phase arrives at once too
+        burst_wl["phases"] = [dict(ph, rate=None) for ph in wl["phases"]]
+    burst = dict(raw, workload=burst_wl)
     cand = E.resolve(regime_policy(sc), sc.point)
     out = E.run_one(burst, raw["policy"], cand, split, 0)
     fin = out.result.requests.query("status == 'finished'")
