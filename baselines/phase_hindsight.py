@@ -49,18 +49,21 @@ class PhaseHindsight(BatchingPolicy):
         if len(phases) != len(self.choices):
             raise ConfigError(f"policy.batching.choices: got {len(self.choices)} choices; the workload has "
                               f"{max(len(phases), 1)} phase(s)")
-        first = np.cumsum([0] + [int(p.num_requests) for p in phases[:-1]])
-        self.starts = np.asarray(sim.req.arrival)[first]  # arrival of each phase's first request
+        self.first = np.cumsum([0] + [int(p.num_requests) for p in phases[:-1]])  # each phase's first request id
+        self.arrived = 0  # requests arrived so far (open loop: in id order; future arrival times are NaN)
         self.eb.reset(sim)
         self.mb.reset(sim)
         self.phase = -1
 
-    def current_phase(self, now: float) -> int:
+    def current_phase(self, sim) -> int:
         """The phase of the newest arrival (phases arrive in order)."""
-        return max(int(np.searchsorted(self.starts, now, side="right")) - 1, 0)
+        arrival = sim.req.arrival
+        while self.arrived < len(arrival) and not np.isnan(arrival[self.arrived]):
+            self.arrived += 1
+        return max(int(np.searchsorted(self.first, self.arrived - 1, side="right")) - 1, 0)
 
     def next_batch(self, sim, inst, unit):
-        ph = self.current_phase(sim.now)
+        ph = self.current_phase(sim)
         if ph != self.phase:
             was_mb = self.phase >= 0 and self.choices[self.phase] is None
             self.phase = ph
