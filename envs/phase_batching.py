@@ -20,7 +20,7 @@ from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, m
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
-from pdgym.envs.sim.policy import Batch, BatchingPolicy
+from pdgym.envs.sim.policy import Batch, BatchingPolicy, MixedBatching
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 ENV_ID = POINTS["batching"].env_id  # pdgym/PhaseBatching-v0
@@ -512,6 +512,26 @@ class PhaseBatchingEnv(PdgymEnv):
 
     def default_action(self):
         return self.core.default_action(self._unit)
+
+    def teacher_action(self, teacher) -> int:
+        """For behaviour cloning (threshold mode, discrete actions): the action that runs `teacher` for the next
+        cycle. EB with a fixed theta: EB at the grid's theta closest to it; MB (choose_mode): MB for the cycle.
+        EB* and EB+ set theta from what they observe of the run, which a teacher outside the run does not see."""
+        core = self.core
+        if core.mode != "threshold" or core.continuous:
+            raise ConfigError("agent.bc.teacher: PhaseBatching clones a teacher only with env.kwargs.mode=threshold "
+                              "and discrete actions (continuous=false)")
+
+        def nearest(theta: float) -> int:
+            return int(np.argmin([abs(t - theta) for t in core.grid]))
+
+        if isinstance(teacher, MixedBatching):
+            if not core.choose_mode:
+                raise ConfigError("agent.bc.teacher: MB as a teacher needs env.kwargs.choose_mode=true")
+            return len(core.grid) + nearest(DEFAULT_THETA)
+        if type(teacher) is not EB:
+            raise ConfigError(f"agent.bc.teacher: got {teacher.name!r}; PhaseBatching clones eb (a fixed theta) or mb")
+        return nearest(teacher.theta)
 
     def _info_extra(self):
         sim = self.sim

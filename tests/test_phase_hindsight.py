@@ -84,3 +84,24 @@ def test_refuses_without_oracle_or_with_wrong_count(cfg):
         run(dataclasses.replace(cfg, oracle=True), PhaseHindsight([0.1, 0.2]))
     with pytest.raises(ConfigError, match=r"choices\[1\]"):
         PhaseHindsight([0.1, 1.5])
+
+
+def test_batching_env_teacher_action_for_cloning():
+    """Threshold mode: EB's fixed theta is the grid action nearest to it, MB the MB action (choose_mode); a
+    teacher whose theta depends on the run (EB*), or phase mode, is refused in one line."""
+    from pdgym.envs.phase_batching import DEFAULT_GRID, make_env
+
+    env = make_env(scenario=SCN, overrides=SMALL, mode="threshold", choose_mode=True)
+    env.reset(seed=0)
+    eb = make_policy("batching", {"name": "eb", "theta": 0.11})
+    a = env.teacher_action(eb)
+    assert DEFAULT_GRID[a] == 0.1
+    env.step(a)
+    assert env.core.unit_state(0, 0).theta == 0.1 and not env.core.unit_state(0, 0).mb
+    assert env.teacher_action(make_policy("batching", "mb")) >= len(DEFAULT_GRID)
+    with pytest.raises(ConfigError, match="eb_star"):
+        env.teacher_action(make_policy("batching", "eb_star"))
+    phase = make_env(scenario=SCN, overrides=SMALL)
+    phase.reset(seed=0)
+    with pytest.raises(ConfigError, match="mode=threshold"):
+        phase.teacher_action(eb)
