@@ -519,18 +519,18 @@ class PhaseBatchingEnv(PdgymEnv):
         EB* and EB+ set theta from what they observe of the run, which a teacher outside the run does not see."""
         core = self.core
         if core.mode != "threshold" or core.continuous:
-            raise ConfigError("agent.bc.teacher: PhaseBatching clones a teacher only with env.kwargs.mode=threshold "
-                              "and discrete actions (continuous=false)")
+            raise ConfigError("teacher: PhaseBatching replays a baseline only with env option mode=threshold and "
+                              "discrete actions (continuous=false); run a batching baseline with pdgym-sim")
 
         def nearest(theta: float) -> int:
             return int(np.argmin([abs(t - theta) for t in core.grid]))
 
         if isinstance(teacher, MixedBatching):
             if not core.choose_mode:
-                raise ConfigError("agent.bc.teacher: MB as a teacher needs env.kwargs.choose_mode=true")
+                raise ConfigError("teacher: MB as a teacher needs env option choose_mode=true")
             return len(core.grid) + nearest(DEFAULT_THETA)
         if type(teacher) is not EB:
-            raise ConfigError(f"agent.bc.teacher: got {teacher.name!r}; PhaseBatching clones eb (a fixed theta) or mb")
+            raise ConfigError(f"teacher: got {teacher.name!r}; PhaseBatching replays eb (a fixed theta) or mb")
         return nearest(teacher.theta)
 
     def _info_extra(self):

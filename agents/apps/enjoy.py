@@ -48,15 +48,9 @@ def candidate(data: dict) -> E.Candidate:
     """The policy under test (E.resolve), refused up front if the env cannot replay it."""
     cand = E.resolve(str(data["enjoy_policy"]) if not isinstance(data["enjoy_policy"], dict) else data["enjoy_policy"],
                      data.get("point"))
-    if cand.kind == "baseline":
-        from pdgym.envs.base import PdgymEnv
-
-        mod = _env_module(cand)
-        cls = next(c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, PdgymEnv)
-                   and c is not PdgymEnv and getattr(c, "ENV_ID", None) == mod.ENV_ID)
-        if not hasattr(cls, "teacher_action"):
-            raise ConfigError(f"policy: {cand.label!r} is a {cand.point} baseline, and {mod.ENV_ID} cannot replay "
-                              "baselines (no teacher_action); give a trained run, or run it with pdgym-sim")
+    if cand.kind == "baseline" and not hasattr(_env_class(cand), "teacher_action"):
+        raise ConfigError(f"policy: {cand.label!r} is a {cand.point} baseline, and {_env_module(cand).ENV_ID} cannot "
+                          "replay baselines (no teacher_action); give a trained run, or run it with pdgym-sim")
     return cand
 
 
@@ -65,6 +59,14 @@ def _env_module(cand: E.Candidate):
 
     env_id = cand.agent.meta["env_id"] if cand.agent is not None else POINTS[cand.point].env_id
     return E.env_module(env_id)
+
+
+def _env_class(cand: E.Candidate) -> type:
+    from pdgym.envs.base import PdgymEnv
+
+    mod = _env_module(cand)
+    return next(c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, PdgymEnv)
+                and c is not PdgymEnv and getattr(c, "ENV_ID", None) == mod.ENV_ID)
 
 
 def validate(cfg) -> None:
@@ -88,7 +90,8 @@ def make_env(data: dict, cand: E.Candidate, split: dict | None, index: int):
     if cand.agent is not None:  # the agent's own env options (observation code, baselines elsewhere)
         kwargs = {k: v for k, v in cand.agent.meta["env_kwargs"].items() if k not in ("scenario", "overrides")}
     else:
-        kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point}
+        takes = _env_class(cand).env_keys()  # the other points' baselines it runs (a colocated env has no decode)
+        kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point and k in takes}
     config = {k: raw[k] for k in SIM_KEYS if k in raw}
     env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
                                      render_mode="rgb_array", **kwargs)
