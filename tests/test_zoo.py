@@ -116,7 +116,8 @@ def test_an_agent_on_another_cluster_shape_is_one_line():
 
     raw = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=20"]).raw
     cand = E.resolve("zoo:prefix_mooncake")
-    with pytest.raises(ConfigError, match="agent takes observations of 773 values and this scenario gives 293.*scenario=prefix_mooncake: add it"):
+    with pytest.raises(ConfigError, match="agent takes observations of 773 values and this scenario gives 293"
+                                          ".*scenario=prefix_mooncake: add it"):
         E.run_one(raw, raw["policy"], cand, None, 0)
 
 
