@@ -8,10 +8,17 @@ feature is appending one `Feature`; indices, bounds and docs follow.
 
 A feature fills `width` entries: "1", or a product of integers and the env's dimension names
 ("3 K", "N D", "D"). `fn(ctx)` reads the per-observation context the env prepares once and
-returns a float (one entry) or an array of `width` values (None: leave them zero); a row
-feature returns one value per filled row (one entry) or a (rows, width) block; padding rows stay
-zero. `when` names a
-boolean attribute of the env's policy core: the feature exists only when it is true.
+returns a float (one entry) or an array of `width` values (None: leave them zero). A row
+feature is computed for all rows at once (`fn(ctx)`: one value per filled row, or a (rows, width)
+block: the form for rows held in arrays) or, with `per_row`, once per filled row (`fn(ctx, i, row)`:
+a float, or `width` values; row = the i-th of the row objects `build` is given: the form for rows
+that are Python objects, which a per-feature list over the rows would walk once per feature).
+Padding rows stay zero. `when` names a boolean attribute of the env's policy core: the feature
+exists only when it is true.
+
+`Layout` compiles a declaration once (each feature's slice of the vector, the contiguous runs of
+one-entry features as one slice) so that building an observation is one NumPy assignment per
+group of features, not per feature: it runs at every env step.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from gymnasium import spaces
 @dataclass(frozen=True)
 class Feature:
     name: str  # short identifier (unique within its part)
-    fn: Callable[[Any], Any]  # ctx -> value(s); see the module docstring
+    fn: Callable[..., Any]  # ctx -> value(s), or (ctx, i, row) -> value(s) with per_row; see the module docstring
     low: float
     high: float
     meaning: str  # the docstring table's text
     width: str = "1"  # entries: a product of integers and dimension names
     when: str | None = None  # a boolean attribute of the core that switches the feature on
+    per_row: bool = False  # a row feature computed row by row: fn(ctx, i, row)
 
 
 def _count(width: str, dims: dict[str, int]) -> int:
@@ -62,34 +70,38 @@ def _offset(terms: list[tuple[str, str | None]]) -> str:
     return " ".join(out) if out else "0"
 
 
-def _select(placed: list[tuple[int, Callable]]) -> tuple[slice | np.ndarray, list[Callable]]:
-    """Where the one-entry features go (a slice when they are contiguous: the common case, cheaper) and their fns."""
-    idx = [i for i, _ in placed]
-    sel = slice(idx[0], idx[-1] + 1) if idx and idx == list(range(idx[0], idx[-1] + 1)) else np.array(idx, dtype=np.intp)
-    return sel, [fn for _, fn in placed]
+def _index(idx: list[int]) -> slice | np.ndarray:
+    """Positions as a slice when they are contiguous (the common case: a view, cheaper), else an index array."""
+    if idx and idx == list(range(idx[0], idx[-1] + 1)):
+        return slice(idx[0], idx[-1] + 1)
+    return np.array(idx, dtype=np.intp)
+
+
+def _covers(sel: slice | np.ndarray, n: int) -> bool:
+    """Whether positions `sel` (from _index) are 0..n-1 in order."""
+    return n == 0 or (isinstance(sel, slice) and sel == slice(0, n))
 
 
 class Layout:
-    """The features that apply to one core (its `when` flags) at given dimensions, and their positions."""
+    """The features that apply to one core (its `when` flags) at given dimensions, compiled: their
+    positions, the bounds, and the groups `build` fills with one assignment each."""
 
     def __init__(self, glob: Sequence[Feature], row: Sequence[Feature], core: Any, dims: dict[str, int],
                  n_slots: int):
         def place(fs):
-            scalars, blocks, lo, hi, off = [], [], [], [], 0
+            on, lo, hi, off = [], [], [], 0
             for f in fs:
                 if f.when is not None and not getattr(core, f.when):
                     continue
                 w = _count(f.width, dims)
-                (scalars.append((off, f.fn)) if w == 1 else blocks.append((off, off + w, f.fn)))
+                on.append((off, w, f))
                 lo += [f.low] * w
                 hi += [f.high] * w
                 off += w
-            return scalars, blocks, lo, hi, off
+            return on, lo, hi, off
 
-        gs, self._g_blocks, lo, hi, self.global_dim = place(glob)
-        rs, self._r_blocks, rlo, rhi, self.slot_dim = place(row)
-        self._g_sel, self._g_fns = _select(gs)
-        self._r_sel, self._r_fns = _select(rs)
+        g, lo, hi, self.global_dim = place(glob)
+        r, rlo, rhi, self.slot_dim = place(row)
         self.n_slots = n_slots
         self.size = self.global_dim + n_slots * self.slot_dim
         self.low = np.array(lo + rlo * n_slots, dtype=np.float64)
@@ -99,6 +111,26 @@ class Layout:
         self._lo32, self._hi32 = self.low.astype(np.float32), self.high.astype(np.float32)
         assert np.array_equal(self._lo32, self.low) and np.array_equal(self._hi32, self.high), "bounds not float32-exact"
 
+        # the compiled groups: one-entry features of a kind share one assignment (positions: _index)
+        g_one = [(a, f) for a, w, f in g if w == 1]
+        self._g_sel, self._g_fns = _index([a for a, _ in g_one]), tuple(f.fn for _, f in g_one)
+        self._g_blocks = tuple((a, a + w, f.fn) for a, w, f in g if w > 1)
+        whole = [(a, w, f) for a, w, f in r if not f.per_row]
+        r_one = [(a, f) for a, w, f in whole if w == 1]
+        self._r_sel, self._r_fns = _index([a for a, _ in r_one]), tuple(f.fn for _, f in r_one)
+        self._r_blocks = tuple((a, a + w, f.fn) for a, w, f in whole if w > 1)
+        # per-row features: one list per row, its one-entry values first, then each block's values
+        each = [(a, w, f) for a, w, f in r if f.per_row]
+        e_one, e_blocks = [x for x in each if x[1] == 1], [x for x in each if x[1] > 1]
+        self._e_sel = _index([a for a, _, _ in e_one] + [a + k for a, w, _ in e_blocks for k in range(w)])
+        self._e_fns = tuple(f.fn for _, _, f in e_one)
+        self._e_block_fns = tuple(f.fn for _, _, f in e_blocks)
+        self._has_g, self._has_e = bool(g_one), bool(each)
+        # every entry a one-entry global or a per-row feature, in order: the whole observation is one list of
+        # floats and one assignment (PhaseBatching's shape)
+        self._flat = (not self._g_blocks and not whole and _covers(self._g_sel, self.global_dim)
+                      and (not each or _covers(self._e_sel, self.slot_dim)))
+
     @property
     def obs_layout(self) -> dict:
         return {"n_slots": self.n_slots, "per_slot_dim": self.slot_dim, "global_dim": self.global_dim,
@@ -107,22 +139,42 @@ class Layout:
     def box(self) -> spaces.Box:
         return spaces.Box(self.low.astype(np.float32), self.high.astype(np.float32), dtype=np.float32)
 
-    def build(self, ctx: Any, n_rows: int) -> np.ndarray:
-        """The observation: every feature's `fn(ctx)` (None: zeros), rows 0..n_rows-1 filled, clipped to the bounds."""
+    def build(self, ctx: Any, n_rows: int, rows: Sequence | None = None) -> np.ndarray:
+        """The observation: every feature's value(s) (None: zeros), rows 0..n_rows-1 filled, clipped to the
+        bounds. `rows`: the n_rows row objects the per_row features read (default: the row indices)."""
         out = np.zeros(self.size, dtype=np.float32)
-        g = self.global_dim
-        out[self._g_sel] = [fn(ctx) for fn in self._g_fns]
-        for a, b, fn in self._g_blocks:
-            v = fn(ctx)
-            if v is not None:
-                out[a:b] = v
-        rows = out[g:].reshape(self.n_slots, self.slot_dim)[:n_rows]
-        if n_rows:
-            rows.T[self._r_sel] = [fn(ctx) for fn in self._r_fns]
-        for a, b, fn in self._r_blocks:
-            rows[:, a:b] = fn(ctx)
+        if self._flat:
+            v = [fn(ctx) for fn in self._g_fns]
+            if n_rows and self._has_e:
+                v += self._per_row(ctx, n_rows, rows)
+            out[:len(v)] = v
+        else:
+            if self._has_g:
+                out[self._g_sel] = [fn(ctx) for fn in self._g_fns]
+            for a, b, fn in self._g_blocks:
+                v = fn(ctx)
+                if v is not None:
+                    out[a:b] = v
+            if n_rows:
+                g = self.global_dim
+                r = out[g:g + n_rows * self.slot_dim].reshape(n_rows, self.slot_dim)
+                if self._r_fns:
+                    r.T[self._r_sel] = [fn(ctx) for fn in self._r_fns]
+                for a, b, fn in self._r_blocks:
+                    r[:, a:b] = fn(ctx)
+                if self._has_e:
+                    r[:, self._e_sel] = np.reshape(self._per_row(ctx, n_rows, rows), (n_rows, -1))
         np.maximum(out, self._lo32, out=out)
         return np.minimum(out, self._hi32, out=out)
+
+    def _per_row(self, ctx: Any, n_rows: int, rows: Sequence | None) -> list:
+        """The per_row features' values, row after row (each row: its one-entry values, then each block's)."""
+        v: list = []
+        for i, row in enumerate(range(n_rows) if rows is None else rows):
+            v += [fn(ctx, i, row) for fn in self._e_fns]
+            for fn in self._e_block_fns:
+                v += fn(ctx, i, row)
+        return v
 
 
 class LayoutCore:

@@ -38,13 +38,7 @@ class _Obs:
     __slots__ = ("core", "inst", "mu_l", "mu_o", "st", "stats", "unit", "units")
 
 
-def _last_batch(o: _Obs) -> np.ndarray:
-    v = np.zeros((len(o.units), 3))
-    for i in range(len(o.units)):
-        last = o.core.unit_state(o.inst, i).last
-        if last >= 0:
-            v[i, last] = 1.0
-    return v
+_ONE_HOT = {-1: (0.0, 0.0, 0.0), PREFILL_A: (1.0, 0.0, 0.0), DECODE_A: (0.0, 1.0, 0.0), MIXED_A: (0.0, 0.0, 1.0)}
 
 
 # The observation, declared once: [GLOBAL | one ROW per DP unit of the instance, max_dp rows]. mu_O, mu_L: output /
@@ -62,16 +56,17 @@ GLOBAL = (
     Feature("waiting", lambda o: sum(len(u.waiting) for u in o.units) / sum(u.slots for u in o.units) / 4, 0, 1,
             "waiting requests per slot / 4, whole instance"),
 )
-ROW = (
-    Feature("present", lambda o: [1.0] * len(o.units), 0, 1, "unit u present"),
-    Feature("deciding", lambda o: [float(i == o.unit) for i in range(len(o.units))], 0, 1, "unit u is the one deciding"),
-    Feature("running", lambda o: [u.n_running / u.slots for u in o.units], 0, 1, "running / slots"),
-    Feature("waiting", lambda o: [len(u.waiting) / u.slots / 4 for u in o.units], 0, 1, "waiting / slots / 4"),
-    Feature("free_slots", lambda o: [u.free_slots() / u.slots for u in o.units], 0, 1, "free slots / slots"),
-    Feature("free_kv", lambda o: [1.0 - u.kv_used / u.kv_cap for u in o.units], 0, 1, "free KV fraction"),
-    Feature("prefilling", lambda o: [len(u.prefilling) / u.slots for u in o.units], 0, 1, "prefilling / slots"),
-    Feature("decoding", lambda o: [u.n_decoding / u.slots for u in o.units], 0, 1, "decoding / slots"),
-    Feature("last", _last_batch, 0, 1, "last batch one-hot (prefill, decode, mixed)", width="3"),
+ROW = (  # per_row: fn(o, i, u), u = unit i (a Python object: one pass over the units, not one per feature)
+    Feature("present", lambda o, i, u: 1.0, 0, 1, "unit u present", per_row=True),
+    Feature("deciding", lambda o, i, u: float(i == o.unit), 0, 1, "unit u is the one deciding", per_row=True),
+    Feature("running", lambda o, i, u: u.n_running / u.slots, 0, 1, "running / slots", per_row=True),
+    Feature("waiting", lambda o, i, u: len(u.waiting) / u.slots / 4, 0, 1, "waiting / slots / 4", per_row=True),
+    Feature("free_slots", lambda o, i, u: u.free_slots() / u.slots, 0, 1, "free slots / slots", per_row=True),
+    Feature("free_kv", lambda o, i, u: 1.0 - u.kv_used / u.kv_cap, 0, 1, "free KV fraction", per_row=True),
+    Feature("prefilling", lambda o, i, u: len(u.prefilling) / u.slots, 0, 1, "prefilling / slots", per_row=True),
+    Feature("decoding", lambda o, i, u: u.n_decoding / u.slots, 0, 1, "decoding / slots", per_row=True),
+    Feature("last", lambda o, i, u: _ONE_HOT[o.core.unit_state(o.inst, i).last], 0, 1,
+            "last batch one-hot (prefill, decode, mixed)", width="3", per_row=True),
 )
 
 
@@ -305,7 +300,7 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
         o.mu_o = self.stats.mu_o or 128.0
         o.mu_l = self.stats.mu_l or 1024.0
         o.st = self.unit_state(inst, unit)
-        return self.layout.build(o, len(o.units))
+        return self.layout.build(o, len(o.units), o.units)
 
 
 class _EnvAdapter(_AgentBatching):
