@@ -121,6 +121,19 @@ def show_each_warning_once() -> None:
     warnings.showwarning = once
 
 
+def interrupted(exc: BaseException | None) -> bool:
+    """A Ctrl-C, or an error raised while one unwound: a library's cleanup (OmegaConf's flag_override, Hydra's
+    compose) can fail on the half-built object the interrupt left, and that error then replaces the
+    KeyboardInterrupt; it is still the user's Ctrl-C, reported as one line and exit status 130."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
+
+
 def one_line_errors(app: str) -> Callable:
     """Decorator: ConfigError / missing files become one line on stderr and exit status 2; Ctrl-C one line, 130."""
 
@@ -134,6 +147,10 @@ def one_line_errors(app: str) -> Callable:
             except FileNotFoundError as exc:
                 fail(app, f"file not found: {exc.filename or exc}")
             except KeyboardInterrupt:
+                fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
+            except Exception as exc:
+                if not interrupted(exc):
+                    raise
                 fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
 
         return inner

@@ -132,3 +132,26 @@ def test_ctrl_c_during_start_up_is_one_line_exit_130(app, delay, tmp_path):
     assert "Traceback" not in err and "Exception ignored" not in err
     for name in ("metrics.json", "summary.json", "agent.json", "config.yaml"):
         assert not (out / name).exists()
+
+
+def test_an_error_a_ctrl_c_left_in_a_library_cleanup_is_still_the_ctrl_c(capsys):
+    """A cleanup that fails on the half-built state an interrupt left (seen once in OmegaConf's flag_override during
+    pdgym-eval's start-up) replaces the KeyboardInterrupt with its own error: still one line and exit 130; an
+    error with no interrupt behind it stays an error."""
+    from pdgym.agents.common import interrupted, one_line_errors
+
+    def cleanup_fails():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("half-built node")  # noqa: B012 (the library's bug being modelled)
+
+    with pytest.raises(AttributeError) as info:
+        cleanup_fails()
+    assert interrupted(info.value) and not interrupted(AttributeError("plain")) and not interrupted(None)
+    with pytest.raises(SystemExit) as stop:
+        one_line_errors("pdgym-x")(cleanup_fails)()
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip().startswith("pdgym-x: error: interrupted")
+    with pytest.raises(AttributeError):
+        one_line_errors("pdgym-x")(lambda: (_ for _ in ()).throw(AttributeError("plain")))()

@@ -34,15 +34,25 @@ def _quiet_from_now() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _interrupted_exit(app: str):
+    _quiet_from_now()
+    print(f"{app}: error: interrupted; this run wrote no result", file=sys.stderr)
+    raise SystemExit(130) from None
+
+
 def launch(app: str, module: str) -> object:
     """Import `module` and run its `main()`; a Ctrl-C anywhere outside the app's own handler is one line, 130."""
     sys.unraisablehook = _interrupt_main_instead(sys.unraisablehook)
     try:
         return importlib.import_module(module).main()
     except KeyboardInterrupt:
-        _quiet_from_now()
-        print(f"{app}: error: interrupted; this run wrote no result", file=sys.stderr)
-        raise SystemExit(130) from None
+        _interrupted_exit(app)
+    except Exception as exc:
+        from pdgym.agents.common import interrupted  # loaded by now: every app imports it
+
+        if not interrupted(exc):  # an error a Ctrl-C left behind in a library's cleanup is still the Ctrl-C
+            raise
+        _interrupted_exit(app)
     finally:
         _quiet_from_now()
 
