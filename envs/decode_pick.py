@@ -25,7 +25,7 @@ from pdgym.baselines.balance_route import Score, best_subset
 from pdgym.envs.features import Feature, Layout, LayoutCore
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
-from pdgym.envs.sim.validation import check_choice, check_float, check_int
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
 
 
 def bind_workers(core, n_workers: int) -> None:
@@ -105,16 +105,19 @@ class Picker(LayoutCore, DecodeRouter):
 
     Actions: k < K admits candidate k to the named worker w; K (DONE) ends w's turn (allowed once it took a
     request: every turn admits, so a boundary always ends); K + 1 (END) closes admissions until the next step
-    (allowed while the instance runs a request). A turn also ends when w is full, nothing fits it, or after one
-    request in Stage 1 (BR-0's Stage 1 takes one request per turn). A worker that nothing fits is closed for
-    the boundary; the boundary ends when no worker is open or the pool is empty.
+    (allowed while the instance runs a request; never with `work_conserving`: BR-0 never ends a boundary while
+    a candidate fits, and a clone that may holds requests back, so the agent chooses which requests, not whether).
+    A turn also ends when w is full, nothing fits it, or after one request in Stage 1 (BR-0's Stage 1 takes one
+    request per turn). A worker that nothing fits is closed for the boundary; the boundary ends when no worker is
+    open or the pool is empty.
     """
 
     name = "agent"
 
     def __init__(self, action: str = "pick", window: int = 12, stage1_free: float = 0.25,
-                 max_workers: int | None = None, token_scale: float = 1024.0):
+                 max_workers: int | None = None, token_scale: float = 1024.0, work_conserving: bool = False):
         check_choice(action, "env.action", ("pick",))
+        self.work_conserving = check_bool(work_conserving, "env.work_conserving")
         self.window = check_int(window, "env.window", 1)
         self.stage1_free = check_float(stage1_free, "env.stage1_free", 0, 1)
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
@@ -230,7 +233,7 @@ class Picker(LayoutCore, DecodeRouter):
         m = np.zeros(self.n_actions, dtype=bool)
         m[: len(self.cand)] = self.fit
         m[self.done] = self.took > 0
-        m[self.end] = bool(sim.decode[self.inst].batch.any())
+        m[self.end] = not self.work_conserving and bool(sim.decode[self.inst].batch.any())
         return m
 
     def apply(self, sim, action: int) -> None:

@@ -424,7 +424,8 @@ class DecodeRoutingEnv(PdgymEnv):
     `batching` (None); observation and actions (the policy core's, also taken by AgentPolicy):
     `order` ("length"), `max_workers` (None: the tier's), `token_scale` (1024.0), `horizon_features`
     (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True), `action`
-    ("worker" | "pick"; with "pick": `window` (12), `stage1_free` (0.25), `max_workers`, `token_scale`).
+    ("worker" | "pick"; with "pick": `window` (12), `stage1_free` (0.25), `max_workers`, `token_scale`,
+    `work_conserving` (False; True masks END: every boundary admits until no worker is open or the pool is empty)).
 
     {torch}
 

@@ -16,14 +16,15 @@ from pdgym.envs.sim import ConfigError, SimResult, simulate
 SATURATED = ["workload.num_requests=1200", "workload.rate=400", "workload.output.max=512"]
 
 
-def _play_br0(scenario: str, overrides: list[str]):
-    env = make_env(scenario=scenario, overrides=overrides, action="pick", trace_split=None, stall_s=None)
+def _play_br0(scenario: str, overrides: list[str], **kwargs):
+    env = make_env(scenario=scenario, overrides=overrides, action="pick", trace_split=None, stall_s=None, **kwargs)
     env.reset(seed=3)
     teacher = make_policy("decode", "br0")
     n, done_actions = 0, 0
     while True:
         a = env.teacher_action(teacher)
         assert env.action_masks()[a]
+        assert not (env.core.work_conserving and env.action_masks()[env.core.end])
         done_actions += a == env.core.done
         _, _, term, trunc, info = env.step(a)
         n += 1
@@ -31,10 +32,12 @@ def _play_br0(scenario: str, overrides: list[str]):
             return env, n, done_actions, info
 
 
-@pytest.mark.parametrize("scenario, overrides", [("decode_tier_ht_n8", SATURATED),
-                                                 ("decode_tier_n8", ["workload.num_requests=300"])])
-def test_br0_through_the_pick_formulation_is_br0(scenario, overrides):
-    env, n, done_actions, info = _play_br0(scenario, overrides)
+@pytest.mark.parametrize("scenario, overrides, kwargs", [("decode_tier_ht_n8", SATURATED, {}),
+                                                         ("decode_tier_n8", ["workload.num_requests=300"], {}),
+                                                         ("decode_tier_ht_n8", SATURATED, {"work_conserving": True})])
+def test_br0_through_the_pick_formulation_is_br0(scenario, overrides, kwargs):
+    """BR-0 never ends a boundary while a candidate fits, so masking END (work_conserving) leaves it BR-0."""
+    env, n, done_actions, info = _play_br0(scenario, overrides, **kwargs)
     sim = env.sim
     ref = simulate(sim.cfg, {"prefill": make_policy("prefill", env.prefill_spec), "decode": make_policy("decode", "br0")},
                    seed=sim.seed)
@@ -81,6 +84,27 @@ def test_pick_spaces_mask_and_agent_policy():
     assert (res.requests.status == "finished").all() and pol.invalid_actions == 0
 
 
+def test_work_conserving_stops_an_agent_holding_requests_back():
+    """An agent that ends every boundary it can holds pooled requests back from free slots; with work_conserving
+    END is masked at every decision, so the same agent admits until no worker is open or the pool is empty."""
+    runs = {}
+    for wc in (False, True):
+        env = make_env(scenario="decode_tier_ht_n8", overrides=SATURATED, action="pick", trace_split=None,
+                       stall_s=None, work_conserving=wc)
+        env.reset(seed=3)
+        ends = 0
+        while True:
+            m = env.action_masks()
+            a = env.core.end if m[env.core.end] else int(np.flatnonzero(m)[0])
+            ends += a == env.core.end
+            _, _, term, trunc, info = env.step(a)
+            if term or trunc:
+                break
+        runs[wc] = (ends, env.unwrapped.summary())
+    assert runs[True][0] == 0 and runs[False][0] > 0
+    assert runs[True][1]["throughput_tok_s"] > runs[False][1]["throughput_tok_s"]
+
+
 def test_bad_pick_options_are_one_line():
     with pytest.raises(ConfigError, match=r"env\.action: got 'pointer'; allowed: worker, pick"):
         make_env(action="pointer")
@@ -88,6 +112,8 @@ def test_bad_pick_options_are_one_line():
         make_env(action="pick", order="length")
     with pytest.raises(ConfigError, match=r"env\.window: "):
         make_env(action="pick", window=0)
+    with pytest.raises(ConfigError, match=r"env\.work_conserving: "):
+        make_env(action="pick", work_conserving="yes")
     env = make_env(scenario="decode_tier_n8", overrides=["workload.num_requests=50"], action="pick")
     env.reset(seed=0)
     with pytest.raises(ConfigError, match="clones br0"):
