@@ -22,6 +22,8 @@ from itertools import islice
 
 import numpy as np
 from pdgym.baselines.balance_route import Score, best_subset
+from pdgym.baselines.predictors import make_predictor
+from pdgym.baselines.routers import active_arrays
 from pdgym.envs.features import Feature, Layout, LayoutCore
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
@@ -85,6 +87,12 @@ GLOBAL = (
     Feature("workers", lambda o: o.n / o.core.max_workers, 0, 1, "N / max_workers"),
     Feature("done_allowed", lambda o: float(o.mask[o.core.done]), 0, 1, "DONE allowed"),
     Feature("end_allowed", lambda o: float(o.mask[o.core.end]), 0, 1, "END allowed"),
+    Feature("w_exp_margin", lambda o: (o.core.exp_kv.max() - o.core.exp_kv[o.core.w]) / o.S, 0, 8,
+            "the named worker's expected margin in H steps (max_w E_w - E_w) / S", when="horizon"),
+    Feature("w_exp_leave", lambda o: o.core.exp_leave[o.core.w] / o.B, 0, 1,
+            "its requests expected to finish within H steps / B", when="horizon"),
+    Feature("exp_leave", lambda o: float(o.core.exp_leave.mean()) / o.B, 0, 1,
+            "the same, mean over the workers", when="horizon"),
 )
 ROW = (
     Feature("present", lambda o: [1.0] * len(o.core.cand), 0, 1, "candidate k present (0 on padding rows)"),
@@ -97,6 +105,9 @@ ROW = (
             "the worker's margin after it (m_w - load) / (4 token_scale)"),
     Feature("done", lambda o: o.sim.req.done[o.core.cand] / o.ts, 0, 8, "tokens it produced / token_scale"),
     Feature("age", lambda o: o.sim.now - o.sim.req.arrival[o.core.cand], 0, 8, "time since its arrival (s)"),
+    Feature("exp_margin_after", lambda o: (o.core.exp_kv.max() - o.core.exp_kv[o.core.w] - o.core.loads)
+            / (4 * o.ts), -8, 8, "the named worker's expected margin in H steps after it / (4 token_scale)",
+            when="horizon"),
 )
 
 
@@ -115,9 +126,19 @@ class Picker(LayoutCore, DecodeRouter):
     name = "agent"
 
     def __init__(self, action: str = "pick", window: int = 12, stage1_free: float = 0.25,
-                 max_workers: int | None = None, token_scale: float = 1024.0, work_conserving: bool = False):
+                 max_workers: int | None = None, token_scale: float = 1024.0, work_conserving: bool = False,
+                 horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload"):
         check_choice(action, "env.action", ("pick",))
         self.work_conserving = check_bool(work_conserving, "env.work_conserving")
+        # BR-H's survival forecast (P(finish within H steps | age), from the training split's output lengths), as
+        # expectations: BR-H's own projection trusts it only where P >= 0.7, on 0.017% of decode_tier_ht_n16's steps
+        # (docs/fidelity.md), so it would add little beyond today's loads
+        self.H = check_int(horizon, "env.horizon", 1)
+        if horizon_features is not None:  # no oracle: these are what a router that does not know the future knows
+            check_choice(horizon_features, "env.horizon_features", ("survival", "memo"))
+        self.projector = None if horizon_features is None else make_predictor(horizon_features, train_trace, None,
+                                                                              20000, 3)
+        self.horizon = self.projector is not None  # the horizon features exist
         self.window = check_int(window, "env.window", 1)
         self.stage1_free = check_float(stage1_free, "env.stage1_free", 0, 1)
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
@@ -164,6 +185,8 @@ class Picker(LayoutCore, DecodeRouter):
         self.n_admitted = 0
         self.w = -1
         self.cand = np.zeros(0, dtype=np.int64)
+        if self.projector is not None:
+            self.projector.bind(sim, self.H)
 
     def _open(self, sim, inst: int, key: tuple) -> None:
         d = sim.decode[inst]
@@ -194,6 +217,8 @@ class Picker(LayoutCore, DecodeRouter):
             rids = np.array([r for r in self._turn.tolist() if r in pool], dtype=np.int64)
             loads = sim.req.prompt[rids] + sim.req.done[rids]
         self.cand, self.loads = rids, loads
+        if self.projector is not None and (self.stage1 or self.took == 0):  # once per turn, updated by apply
+            self._forecast(sim, inst)
         self.scores = score.many(loads.astype(np.float64)) if len(rids) else np.zeros(0)
         self.fit = loads <= d.kv_cap[self.w] - kv[self.w]
 
@@ -250,6 +275,21 @@ class Picker(LayoutCore, DecodeRouter):
         self.took += 1
         self.n_admitted += 1
         self.head = None
+        if self.projector is not None:  # the admitted request joins w's forecast
+            rid = self.cand[a : a + 1]
+            p, _ = self.projector.window(sim, rid, sim.req.done[rid])
+            self.exp_kv[self.w] += (1.0 - p[0]) * (self.loads[a] + self.H)
+            self.exp_leave[self.w] += p[0]
+
+    def _forecast(self, sim, inst: int) -> None:
+        """Per worker, its expected KV in H steps (a request finishes within them with P from the survival
+        forecast at its age, else it grows by H tokens) and its expected departures within them."""
+        d = sim.decode[inst]
+        rids, workers, age = active_arrays(sim, inst)
+        p, _ = self.projector.window(sim, rids, age)
+        load = (sim.req.prompt[rids] + age).astype(np.float64)
+        self.exp_kv = np.bincount(workers, weights=(1.0 - p) * (load + self.H), minlength=d.dp)
+        self.exp_leave = np.bincount(workers, weights=p, minlength=d.dp)
 
     # -------------------------------------------------------------- observation
     def observe(self, sim, mask: np.ndarray) -> np.ndarray:

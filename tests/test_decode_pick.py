@@ -105,6 +105,37 @@ def test_work_conserving_stops_an_agent_holding_requests_back():
     assert runs[True][1]["throughput_tok_s"] > runs[False][1]["throughput_tok_s"]
 
 
+def test_forecast_features_count_what_the_training_outputs_say():
+    """horizon_features=survival: the named worker's expected margin in H steps and its expected departures,
+    recomputed here from the running requests' ages and the training outputs by direct counting
+    (P(O <= a + H | O > a)), not through the predictor's tables."""
+    H = 48
+    env = make_env(scenario="decode_tier_ht_n8", overrides=SATURATED, action="pick", trace_split=None, stall_s=None,
+                   work_conserving=True, horizon_features="survival", horizon=H)
+    obs, _ = env.reset(seed=3)
+    teacher = make_policy("decode", "br0")
+    for _ in range(400):  # into the saturated tier
+        obs, *_ = env.step(env.teacher_action(teacher))
+    core, sim = env.core, env.sim
+    assert core.took == 0 and env.observation_space.contains(obs)
+    _, out = core.projector.train.resolve(sim.cfg.workload)
+    d = sim.decode[core.inst]
+    exp_kv, leave = np.zeros(d.dp), np.zeros(d.dp)
+    for w, active in enumerate(d.active):
+        for rid in active:
+            age = int(sim.req.done_at_admit[rid] + d.steps - sim.req.admit_step[rid])
+            alive = out[out > age]
+            p = float(np.mean(alive <= age + H)) if len(alive) else 0.0
+            exp_kv[w] += (1 - p) * (sim.req.prompt[rid] + age + H)
+            leave[w] += p
+    S, B = d.batch_limit * core.token_scale, d.batch_limit
+    g = obs[12:15]  # the three forecast entries follow the 12 base global features
+    assert g == pytest.approx([(exp_kv.max() - exp_kv[core.w]) / S, leave[core.w] / B, leave.mean() / B], rel=1e-4)
+    assert 0 < leave.sum() < sum(len(a) for a in d.active)  # a forecast, neither certain nor empty
+    with pytest.raises(ConfigError, match=r"env\.horizon_features: got 'oracle'; allowed: survival, memo"):
+        make_env(action="pick", horizon_features="oracle")
+
+
 def test_bad_pick_options_are_one_line():
     with pytest.raises(ConfigError, match=r"env\.action: got 'pointer'; allowed: worker, pick"):
         make_env(action="pointer")
