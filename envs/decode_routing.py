@@ -425,7 +425,9 @@ class DecodeRoutingEnv(PdgymEnv):
     `order` ("length"), `max_workers` (None: the tier's), `token_scale` (1024.0), `horizon_features`
     (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True), `action`
     ("worker" | "pick"; with "pick": `window` (12), `stage1_free` (0.25), `max_workers`, `token_scale`,
-    `work_conserving` (False; True masks END: every boundary admits until no worker is open or the pool is empty)).
+    `work_conserving` (False; True masks END: every boundary admits until no worker is open or the pool is empty),
+    `horizon_features` (None | survival | memo: the named worker's expected margin and departures in `horizon`
+    steps, by BR-H's forecast from the running requests' ages), `horizon` (48), `train_trace` ("workload")).
 
     {torch}
 
