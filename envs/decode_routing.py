@@ -30,7 +30,7 @@ ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
 MAX_EPISODE_STEPS = POINTS["decode"].max_episode_steps
 ORDERS = ("length", "arrival")
 ACTIONS = ("worker", "pick")  # the formulations: place the offered request on a worker | pick the named worker's requests
-REWARDS = ("idle", "throughput")
+REWARDS = ("idle", "throughput", "imbalance")
 
 
 class _Obs(DecodeObs):
@@ -397,7 +397,9 @@ class DecodeRoutingEnv(PdgymEnv):
     The fraction is scale-free, so holding requests back does not pay (a thinly loaded tier is
     maximally unbalanced). `reward="throughput"`: for every executed step, its output tokens per
     second over a reference (N B tokens in the step time of a balanced, full tier with S KV tokens
-    per worker). Both times `reward_scale`.
+    per worker). `reward="imbalance"`: for every executed step, minus its L_max - L_min over S (the board's
+    primary metric, imbalance_mean, summed; meant with work-conserving admissions, action="pick", where holding
+    requests back is not an action). Each times `reward_scale`.
 
     ## Starting State
 
@@ -420,7 +422,7 @@ class DecodeRoutingEnv(PdgymEnv):
     Episode: `scenario` ("decode_tier_n16"), `overrides` (Hydra-style, e.g.
     ["workload.num_requests=600"]), `config` (nested dict merged over it), `trace_split` ("train" |
     "val" | "test" | None), `stall_s` (60.0), `render_mode` (None | "ansi" | "rgb_array"); reward:
-    `reward` ("idle" | "throughput"), `reward_scale` (1.0); other points: `prefill` ("round_robin"),
+    `reward` ("idle" | "throughput" | "imbalance"), `reward_scale` (1.0); other points: `prefill` ("round_robin"),
     `batching` (None); observation and actions (the policy core's, also taken by AgentPolicy):
     `order` ("length"), `max_workers` (None: the tier's), `token_scale` (1024.0), `horizon_features`
     (None | oracle | survival | memo), `horizon` (48), `train_trace` ("workload"), `skip` (True), `action`
@@ -472,6 +474,7 @@ class DecodeRoutingEnv(PdgymEnv):
         S = d0.batch_limit * self.core.token_scale
         full = np.full(d0.dp, float(d0.batch_limit))
         self._ref_tput = d0.dp * d0.batch_limit / d0.cost.pass_time(d0.zeros, d0.zeros, full, np.full(d0.dp, S))
+        self._S = S
 
     def _policies(self):
         return {"prefill": make_policy("prefill", self.prefill_spec),
@@ -480,7 +483,7 @@ class DecodeRoutingEnv(PdgymEnv):
     def _begin(self):
         self.meters = [_StepMeter(self._ref_tput) for _ in self.sim.decode]
         self.sim.observe(_StepMeters(self.meters))
-        self._mark = (0.0, 0.0)
+        self._mark = (0.0, 0.0, 0.0)
         self._teacher = None
         return self._advance()
 
@@ -493,9 +496,11 @@ class DecodeRoutingEnv(PdgymEnv):
     def _reward(self):
         idle = sum(m.idle for m in self.meters)
         tput = sum(m.tput for m in self.meters)
-        d_idle, d_tput = idle - self._mark[0], tput - self._mark[1]
-        self._mark = (idle, tput)
-        return float((-d_idle if self.reward_kind == "idle" else d_tput) * self.reward_scale)
+        imb = sum(m.imb for m in self.meters)
+        d_idle, d_tput, d_imb = idle - self._mark[0], tput - self._mark[1], imb - self._mark[2]
+        self._mark = (idle, tput, imb)
+        r = {"idle": -d_idle, "throughput": d_tput, "imbalance": -d_imb / self._S}[self.reward_kind]
+        return float(r * self.reward_scale)
 
     def _observe(self):
         r = self.core

@@ -85,24 +85,43 @@ def test_pick_spaces_mask_and_agent_policy():
 
 
 def test_work_conserving_stops_an_agent_holding_requests_back():
-    """An agent that ends every boundary it can holds pooled requests back from free slots; with work_conserving
-    END is masked at every decision, so the same agent admits until no worker is open or the pool is empty."""
-    runs = {}
+    """An agent that ends every boundary it can holds pooled requests back from free slots (END allowed while a
+    candidate fits), so its first 60 admissions take longer; with work_conserving END is masked at every decision
+    and the same agent admits as fast as requests arrive."""
+    now, ends = {}, {}
     for wc in (False, True):
         env = make_env(scenario="decode_tier_ht_n8", overrides=SATURATED, action="pick", trace_split=None,
                        stall_s=None, work_conserving=wc)
         env.reset(seed=3)
-        ends = 0
-        while True:
+        admitted, ends[wc] = 0, 0
+        while admitted < 60:
             m = env.action_masks()
+            hold = m[env.core.end] and m[: env.core.window].any()
             a = env.core.end if m[env.core.end] else int(np.flatnonzero(m)[0])
-            ends += a == env.core.end
-            _, _, term, trunc, info = env.step(a)
-            if term or trunc:
-                break
-        runs[wc] = (ends, env.unwrapped.summary())
-    assert runs[True][0] == 0 and runs[False][0] > 0
-    assert runs[True][1]["throughput_tok_s"] > runs[False][1]["throughput_tok_s"]
+            ends[wc] += bool(hold)
+            admitted += a < env.core.window
+            env.step(a)
+        now[wc] = env.sim.now
+    assert ends[True] == 0 and ends[False] > 0
+    assert now[False] > 2 * now[True]
+
+
+def test_imbalance_reward_sums_to_the_runs_imbalance():
+    """reward="imbalance": the episode's rewards add up to minus the run's imbalance_mean (the simulator's summary,
+    computed apart from the env's meters) times its decode steps, over S = batch_limit x token_scale."""
+    env = make_env(scenario="decode_tier_ht_n8", overrides=["workload.num_requests=200", "workload.rate=400"],
+                   action="pick", trace_split=None, stall_s=None, work_conserving=True, reward="imbalance")
+    env.reset(seed=1)
+    teacher, total = make_policy("decode", "br0"), 0.0
+    while True:
+        _, r, term, trunc, info = env.step(env.teacher_action(teacher))
+        total += r
+        if term or trunc:
+            break
+    d = env.sim.decode[0]
+    S = d.batch_limit * env.core.token_scale
+    assert total < 0
+    assert -total * S / info["decode_steps"] == pytest.approx(env.summary()["imbalance_mean"], rel=1e-9)
 
 
 def test_forecast_features_count_what_the_training_outputs_say():
