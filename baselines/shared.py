@@ -3,7 +3,8 @@
 Some baselines are built from parts that are not policies themselves: SBS's capacity model
 (`pbaa.CapacityModel`), PBAA's allocation state (`pbaa.PBAA`), the short / long prompt split
 (`length_classes.LengthClasses`), EB's phase machine (`exclusive_batching.EB` and its
-`UnitState`) and BR-H's load projection (`balance_route.BRH`). The Gymnasium envs compose the
+`UnitState`), BR-H's load projection (`balance_route.BRH`) and the output-length forecast under it
+(`predictors.Predictor`). The Gymnasium envs compose the
 same parts, so that an agent sees what the baseline reads and acts through what the baseline
 does. They never subclass a registered policy and never read a part's internals: only the
 members these protocols list. A baseline may change anything else without changing an env's
@@ -172,4 +173,16 @@ class Projector(Protocol):
         """`rid` was admitted (its projected output joins the worker's load)."""
 
 
-__all__ = ["Allocator", "Capacity", "LengthSplit", "PhaseMachine", "Projector", "Releaser"]
+@runtime_checkable
+class Forecaster(Protocol):
+    """BR-H's output-length forecast (predictors.Predictor: survival, memo) as a part: the pick formulation's
+    forecast features (envs/decode_pick.py)."""
+
+    def bind(self, sim, horizon: int) -> None:
+        """At the router's reset: fit on the training split, for windows of `horizon` decode steps."""
+
+    def window(self, sim, rids: np.ndarray, age: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(finish within the window), mean steps to finish if so) of requests `rids` at their ages."""
+
+
+__all__ = ["Allocator", "Capacity", "Forecaster", "LengthSplit", "PhaseMachine", "Projector", "Releaser"]

@@ -136,9 +136,9 @@ class Picker(LayoutCore, DecodeRouter):
         self.H = check_int(horizon, "env.horizon", 1)
         if horizon_features is not None:  # no oracle: these are what a router that does not know the future knows
             check_choice(horizon_features, "env.horizon_features", ("survival", "memo"))
-        self.projector = None if horizon_features is None else make_predictor(horizon_features, train_trace, None,
+        self.forecaster = None if horizon_features is None else make_predictor(horizon_features, train_trace, None,
                                                                               20000, 3)
-        self.horizon = self.projector is not None  # the horizon features exist
+        self.horizon = self.forecaster is not None  # the horizon features exist
         self.window = check_int(window, "env.window", 1)
         self.stage1_free = check_float(stage1_free, "env.stage1_free", 0, 1)
         self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
@@ -185,8 +185,8 @@ class Picker(LayoutCore, DecodeRouter):
         self.n_admitted = 0
         self.w = -1
         self.cand = np.zeros(0, dtype=np.int64)
-        if self.projector is not None:
-            self.projector.bind(sim, self.H)
+        if self.forecaster is not None:
+            self.forecaster.bind(sim, self.H)
 
     def _open(self, sim, inst: int, key: tuple) -> None:
         d = sim.decode[inst]
@@ -217,7 +217,7 @@ class Picker(LayoutCore, DecodeRouter):
             rids = np.array([r for r in self._turn.tolist() if r in pool], dtype=np.int64)
             loads = sim.req.prompt[rids] + sim.req.done[rids]
         self.cand, self.loads = rids, loads
-        if self.projector is not None and (self.stage1 or self.took == 0):  # once per turn, updated by apply
+        if self.forecaster is not None and (self.stage1 or self.took == 0):  # once per turn, updated by apply
             self._forecast(sim, inst)
         self.scores = score.many(loads.astype(np.float64)) if len(rids) else np.zeros(0)
         self.fit = loads <= d.kv_cap[self.w] - kv[self.w]
@@ -275,9 +275,9 @@ class Picker(LayoutCore, DecodeRouter):
         self.took += 1
         self.n_admitted += 1
         self.head = None
-        if self.projector is not None:  # the admitted request joins w's forecast
+        if self.forecaster is not None:  # the admitted request joins w's forecast
             rid = self.cand[a : a + 1]
-            p, _ = self.projector.window(sim, rid, sim.req.done[rid])
+            p, _ = self.forecaster.window(sim, rid, sim.req.done[rid])
             self.exp_kv[self.w] += (1.0 - p[0]) * (self.loads[a] + self.H)
             self.exp_leave[self.w] += p[0]
 
@@ -286,7 +286,7 @@ class Picker(LayoutCore, DecodeRouter):
         forecast at its age, else it grows by H tokens) and its expected departures within them."""
         d = sim.decode[inst]
         rids, workers, age = active_arrays(sim, inst)
-        p, _ = self.projector.window(sim, rids, age)
+        p, _ = self.forecaster.window(sim, rids, age)
         load = (sim.req.prompt[rids] + age).astype(np.float64)
         self.exp_kv = np.bincount(workers, weights=(1.0 - p) * (load + self.H), minlength=d.dp)
         self.exp_leave = np.bincount(workers, weights=p, minlength=d.dp)

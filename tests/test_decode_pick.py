@@ -137,7 +137,7 @@ def test_forecast_features_count_what_the_training_outputs_say():
         obs, *_ = env.step(env.teacher_action(teacher))
     core, sim = env.core, env.sim
     assert core.took == 0 and env.observation_space.contains(obs)
-    _, out = core.projector.train.resolve(sim.cfg.workload)
+    _, out = core.forecaster.train.resolve(sim.cfg.workload)
     d = sim.decode[core.inst]
     exp_kv, leave = np.zeros(d.dp), np.zeros(d.dp)
     for w, active in enumerate(d.active):

@@ -16,17 +16,18 @@ from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.exclusive_batching import EB
 from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel
+from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.sbs import SBS
-from pdgym.envs import decode_routing, phase_batching, prefill_dispatch, shadow
+from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, shadow
 from pdgym.envs.features import Feature, Layout, parse_table, table
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import Simulator
 
 ENVS_DIR = Path(prefill_dispatch.__file__).parent
-ENV_MODULES = (prefill_dispatch, decode_routing, phase_batching, shadow)
+ENV_MODULES = (prefill_dispatch, decode_routing, decode_pick, phase_batching, shadow)
 # the names under which the envs hold each part -> the protocol that lists what they may use of it
 PARTS = {"cap": shared.Capacity, "pbaa": shared.Allocator, "sbs": shared.Releaser, "classes": shared.LengthSplit,
-         "eb": shared.PhaseMachine, "projector": shared.Projector}
+         "eb": shared.PhaseMachine, "projector": shared.Projector, "forecaster": shared.Forecaster}
 
 
 def members(proto: type) -> set[str]:
@@ -55,7 +56,7 @@ def test_envs_touch_the_shared_parts_only_through_their_read_api():
             name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else None
             if name in PARTS:
                 used.setdefault(name, set()).add((node.attr, f"{path.name}:{node.lineno}"))
-    assert {"cap", "pbaa", "sbs", "classes", "eb", "projector"} <= set(used)  # the scan sees the envs' parts
+    assert {"cap", "pbaa", "sbs", "classes", "eb", "projector", "forecaster"} <= set(used)  # the scan sees the envs' parts
     for part, uses in used.items():
         allowed = members(PARTS[part])
         bad = sorted(f"{where} {part}.{attr}" for attr, where in uses if attr not in allowed)
@@ -71,7 +72,8 @@ def test_the_parts_implement_their_protocols():
     cap.reset(sim.view)
     for obj, proto in ((cap, shared.Capacity), (PBAA(), shared.Allocator), (sbs, shared.Releaser),
                        (LengthClasses(), shared.LengthSplit), (EB(), shared.PhaseMachine),
-                       (BRH(predictor="oracle"), shared.Projector)):
+                       (BRH(predictor="oracle"), shared.Projector),
+                       (make_predictor("survival", "workload", None, 20000, 3), shared.Forecaster)):
         assert isinstance(obj, proto), f"{type(obj).__name__} does not implement {proto.__name__}"
         missing = [m for m in members(proto) if not hasattr(obj, m)]
         assert not missing, (type(obj).__name__, missing)
