@@ -33,6 +33,12 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.validation import check, is_num
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 class CapacityModel:
     """The scheduler's view of every prefill DP unit: U_flight, R_queued, acks and forward times.
 
@@ -62,6 +68,7 @@ class CapacityModel:
         self.flight: list[deque] = [deque() for _ in range(n)]  # (device arrival time, dp, tokens)
         self.acked = np.ones(n, dtype=bool)  # EndForward (or quiescence) since the last dispatch
         self.last_fwd = np.full(n, math.nan)
+        self._reported, self._last_fwd = _read_only(self.r_queued), _read_only(self.last_fwd)
         self.last_end = np.full(n, -math.inf)  # time of the last EndForward
         self.last_dispatch = np.full(n, -math.inf)
         self.busy_until = np.full(n, -math.inf)  # predicted end of the work the last EndForward reported
@@ -96,12 +103,13 @@ class CapacityModel:
         return ~self.acked
 
     def reported(self) -> np.ndarray:
-        """R_queued, (instances, units): the last EndForward's payload."""
-        return self.r_queued.copy()
+        """R_queued, (instances, units): the last EndForward's payload (a read-only view: it follows the model,
+        and a reader that writes to it fails instead of changing SBS's state; no copy on the env's hot path)."""
+        return self._reported
 
     def last_forward(self) -> np.ndarray:
-        """The last reported pass time per instance (NaN before the first)."""
-        return self.last_fwd.copy()
+        """The last reported pass time per instance (NaN before the first; a read-only view, as `reported`)."""
+        return self._last_fwd
 
     def dispatched(self, inst: int, dp: int, tokens: int, now: float) -> None:
         self.u_flight[inst, dp] += tokens

@@ -29,7 +29,8 @@ import numpy as np
 class Capacity(Protocol):
     """SBS's capacity model (pbaa.CapacityModel): what a prefill scheduler knows of its instances.
 
-    Arrays are (instances,) or (instances, DP units), fresh copies: reading never changes the model.
+    Arrays are (instances,) or (instances, DP units): fresh arrays, or read-only views of the model's own state
+    (`reported`, `last_forward`: read on every env step, so not copied); reading never changes the model.
     """
 
     n: int  # prefill instances (including ones not yet up)

@@ -77,10 +77,11 @@ def test_the_parts_implement_their_protocols():
         assert isinstance(obj, proto), f"{type(obj).__name__} does not implement {proto.__name__}"
         missing = [m for m in members(proto) if not hasattr(obj, m)]
         assert not missing, (type(obj).__name__, missing)
-    # the read API returns copies: reading never changes the model
+    # the read API returns read-only views: reading never changes the model
     before = cap.reported().copy()
-    cap.reported()[:] = 7
-    cap.last_forward()[:] = 7
+    for view in (cap.reported(), cap.last_forward()):  # read-only views: a write fails loudly, state unchanged
+        with pytest.raises(ValueError, match="read-only"):
+            view[:] = 7
     assert (cap.reported() == before).all() and np.isnan(cap.last_forward()).all()
 
 
