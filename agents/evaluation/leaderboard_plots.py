@@ -116,9 +116,8 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None
             ax.errorbar(iv[key]["mean"], k, xerr=err(iv[key]), fmt="s" if agent else "o", capsize=3, color=col.get(pol))
         ax.set_yticks(range(len(stats)), [s[0] for s in stats], fontsize=7)
         ax.set_ylim(len(stats) - 0.5, -0.5)
-        ax.set_xlabel(f"{key.split('_')[0].upper()} mean (s), lower is better")
-        ax.text(0.98, 0.03, notes[0], transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
-                bbox={"boxstyle": "round", "facecolor": "lightyellow", "edgecolor": "grey"})
+        # the common value goes under the axis, not in the panel, where it could hide a policy's point
+        ax.set_xlabel(f"{key.split('_')[0].upper()} mean (s), lower is better\n{notes[0]}")
         other = "TTFT" if key == "tpot_mean" else "TPOT"
         ax.set_title(f"{title}: {key.split('_')[0].upper()} ({other} is the same for every policy)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
