@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -317,11 +316,7 @@ def read_agent_meta(root: Path, key: str = "policy") -> dict:
     """A run directory's agent.json, checked: a regular file inside the run (bounded), UTF-8 JSON, an object with
     the keys evaluation reads, of their types; anything else is one ConfigError line naming the file."""
     path = Path(root) / AGENT_META
-    text = safe_files.read_text(path, MAX_AGENT_META_BYTES, key, within=root)
-    try:
-        meta = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{key}: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    meta = safe_files.read_json(path, MAX_AGENT_META_BYTES, key, within=root)
     if not isinstance(meta, dict):
         raise ConfigError(f"{key}: {path} holds a JSON {type(meta).__name__}, not an object written by pdgym-train")
     for name, kind in AGENT_META_KEYS.items():

@@ -15,7 +15,6 @@ names), the archive's sha256 must match its entry before the model store reads i
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -53,11 +52,7 @@ def read_index(root: Path | None = None) -> dict:
     path = Path(root or ROOT) / INDEX
     if not path.exists():
         return {}
-    text = safe_files.read_text(path, MAX_INDEX_BYTES, "zoo index")
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"zoo index: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    doc = safe_files.read_json(path, MAX_INDEX_BYTES, "zoo index")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
         raise ConfigError(f"zoo index: {path} is not a {FORMAT} index")
     for name, entry in doc["entries"].items():

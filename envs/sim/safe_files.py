@@ -9,6 +9,7 @@ reader uses are listed in docs/architecture.md ("Files pdgym reads, and their bo
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -70,6 +71,15 @@ def read_text(path: str | os.PathLike, max_bytes: int, what: str, within: str | 
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{what}: {path} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") \
             from None
+
+
+def read_json(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None):
+    """A checked file's JSON value (`read_text`, then parsed; malformed JSON is one line, not a traceback)."""
+    text = read_text(path, max_bytes, what, within)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
 
 
 def check_zip_member(info, max_bytes: int, what: str) -> None:
