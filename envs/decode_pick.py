@@ -53,6 +53,14 @@ def enter_boundary(core, sim, inst: int) -> bool:
     return True
 
 
+def close_boundary(core, sim, inst: int) -> None:
+    """Admissions at instance `inst`'s current step boundary are over (`enter_boundary` keeps it closed while work
+    runs); only the instance's latest boundary is remembered."""
+    core._closed = {k for k in core._closed if k[0] != inst}
+    core._closed.add((inst, sim.decode[inst].steps, sim.now))
+    core.head = None
+
+
 class DecodeObs:
     """What the features of one decode observation read, computed once: the deciding core, the instance and its
     workers' KV. Both decode formulations fill it (`Picker.observe`, decode_routing's router, which adds fields)."""
@@ -249,9 +257,7 @@ class Picker(LayoutCore, DecodeRouter):
         return False
 
     def close(self, sim, inst: int) -> None:
-        self._closed = {k for k in self._closed if k[0] != inst}
-        self._closed.add((inst, sim.decode[inst].steps, sim.now))
-        self.head = None
+        close_boundary(self, sim, inst)
         self.w = -1
 
     def mask(self, sim) -> np.ndarray:

@@ -16,7 +16,7 @@ from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.decode_pick import DecodeObs, Picker, bind_workers, br0_action, enter_boundary
+from pdgym.envs.decode_pick import DecodeObs, Picker, bind_workers, br0_action, close_boundary, enter_boundary
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
@@ -209,9 +209,7 @@ class _Router(LayoutCore, DecodeRouter):
         return False
 
     def close(self, sim, inst: int) -> None:
-        self._closed = {k for k in self._closed if k[0] != inst}
-        self._closed.add((inst, sim.decode[inst].steps, sim.now))
-        self.head = None
+        close_boundary(self, sim, inst)
 
     def mask(self, sim) -> np.ndarray:
         d = sim.decode[self.inst]
