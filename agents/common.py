@@ -146,9 +146,7 @@ def one_line_errors(app: str) -> Callable:
                 fail(app, str(exc))
             except FileNotFoundError as exc:
                 fail(app, f"file not found: {exc.filename or exc}")
-            except KeyboardInterrupt:
-                fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
-            except Exception as exc:
+            except (KeyboardInterrupt, Exception) as exc:
                 if not interrupted(exc):
                     raise
                 fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
