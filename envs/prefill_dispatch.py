@@ -614,12 +614,14 @@ class PrefillDispatchEnv(PdgymEnv):
         return {"prefill": self.core, **{k: make_policy(k, v) for k, v in self.policy_specs.items() if v is not None}}
 
     def _begin(self):
+        self._decision_mask = None
         done = self.sim.run()
         self.meter = WaitMeter(self.sim)
         self._mark = self.meter.total()
         return done
 
     def _act(self, a):
+        self._decision_mask = None  # a new decision follows: its mask is computed once, when first asked
         return False if self.core.apply(self.sim, a) else self.sim.run()
 
     def _reward(self):
@@ -637,7 +639,9 @@ class PrefillDispatchEnv(PdgymEnv):
             m = np.zeros(self.core.n_actions, dtype=bool)
             m[0] = True
             return m
-        return self.core.mask(self.sim)
+        if self._decision_mask is None:  # the caller asks before step() and step() asks again: one computation
+            self._decision_mask = self.core.mask(self.sim)
+        return self._decision_mask.copy()
 
     def _describe(self, a) -> str:
         return self.core.describe(self.sim, int(a))

@@ -121,6 +121,23 @@ def test_masks_follow_health_and_capacity():
     assert cand in env.sim.buffer and env.sim.req.prefill_inst[cand] == -1
 
 
+@pytest.mark.parametrize("mode", ["timing", "allocation"])
+def test_the_mask_is_computed_once_per_decision_and_is_the_fresh_one(mode):
+    """action_masks() keeps the decision's mask (the caller and step() both ask for it): at every decision it
+    equals the core's mask computed afresh, and a caller that writes into its copy changes nothing."""
+    env = make_env(overrides=SMALL, mode=mode)
+    env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        m = env.action_masks()
+        assert np.array_equal(m, env.core.mask(env.sim))
+        m[:] = False
+        assert env.action_masks().any()
+        _, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        if term or trunc:
+            break
+
+
 def test_allocation_mode_places_skips_and_holds_within_one_epoch():
     env = make_env(overrides=["workload.num_requests=60", "workload.rate=5000"], mode="allocation",
                    tick_s=0.5)
