@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench fidelity lint wheel-check ray-check clean
+.PHONY: run test explore bench fidelity lint wheel-check ray-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m pytest
+
+# The property tests on fresh random examples (make test draws the same derandomized ones every run: tests/conftest.py).
+explore: $(STAMP)
+	WANDB_MODE=offline PDGYM_HYPOTHESIS=explore $(BIN)/python -m pytest -p no:cacheprovider $$(grep -l "from hypothesis" tests/test_*.py)
 
 bench: $(STAMP)
 	WANDB_MODE=offline $(BIN)/python -m bench
