@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from gymnasium import spaces
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store
 from pdgym.agents.learned.features import SlotSetExtractor, policy_kwargs
@@ -159,7 +160,7 @@ def test_each_algorithm_trains_and_evaluates_through_simulate(tmp_path, algo):
     for f in ("final_model.zip", "best_model.zip", "agent.json", "config.yaml", "metrics.json", "eval_history.csv"):
         assert (run / f).is_file(), f
     assert list((run / "tb").iterdir()), "no TensorBoard events"
-    cand = E.resolve(str(run))
+    cand = candidates.resolve(str(run))
     assert cand.kind == "agent" and cand.point == "decode"
     from pdgym.envs.scenario import load_scenario
 
@@ -401,13 +402,13 @@ def test_composition_recipe_clones_a_teacher_given_as_a_spec_and_saves_reward_on
                               "eval.freq=64", "eval.seeds=[0]", "checkpoint_freq=64", "wandb.mode=disabled",
                               "progress=false"], tmp_path)
     assert s["bc"]["teacher"] == {"name": "sbs", "compose": "length"} and s["bc"]["val_accuracy"] > 0.9, s["bc"]
-    agent = E.load_agent(tmp_path)
+    agent = candidates.load_agent(tmp_path)
     assert agent.point == "prefill"
     scen = {"workload.num_requests": 400}
     raw = load_scenario("ds_v3_h800_3p1d", [f"{k}={v}" for k, v in scen.items()]).raw
-    got = E.run_one(raw, raw["policy"], E.resolve(str(tmp_path), "prefill"), None, 0).metrics["ttft_mean"]
-    rule = E.run_one(raw, raw["policy"], E.resolve({"name": "sbs", "compose": "length"}, "prefill"), None, 0)
-    sbs = E.run_one(raw, raw["policy"], E.resolve("sbs", "prefill"), None, 0).metrics["ttft_mean"]
+    got = E.run_one(raw, raw["policy"], candidates.resolve(str(tmp_path), "prefill"), None, 0).metrics["ttft_mean"]
+    rule = E.run_one(raw, raw["policy"], candidates.resolve({"name": "sbs", "compose": "length"}, "prefill"), None, 0)
+    sbs = E.run_one(raw, raw["policy"], candidates.resolve("sbs", "prefill"), None, 0).metrics["ttft_mean"]
     assert abs(got - rule.metrics["ttft_mean"]) < 0.5 * abs(sbs - rule.metrics["ttft_mean"])  # nearer the teacher
 
 
@@ -546,7 +547,7 @@ def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
     cand = L._resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
     assert cand.agent.path.name == "model_128.zip"
     with pytest.raises(ConfigError, match="not a pdgym model file"):
-        E.resolve(str(trap))
+        candidates.resolve(str(trap))
     # train resume skips the trap (not a pdgym checkpoint) and continues the newest whole one
     s = train_from_overrides([*args[:-2], "total_timesteps=192", "normalize.obs=true"], run)
     assert s["resumed_from"].endswith("model_128.zip")

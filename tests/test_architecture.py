@@ -203,3 +203,13 @@ def test_every_decision_point_names_its_registered_env():
     for mod, point in ((prefill_dispatch, "prefill"), (decode_routing, "decode"), (phase_batching, "batching")):
         assert POINTS[point].env_id == mod.ENV_ID and POINTS[point].env_id in gym.registry
         assert isinstance(POINTS[point].default(), POINTS[point].protocol)
+
+
+MAX_MODULE_LINES = 700  # issue 28: a module past this is two concepts in one file
+
+
+def test_no_module_is_over_700_lines():
+    """One concept per module: every module of envs/, baselines/ and agents/ stays within MAX_MODULE_LINES."""
+    long = {name: n for name, path in module_files().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from pdgym.agents.apps import leaderboard as L
 from pdgym.agents.common import sim_config_from
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.baselines import make_policies
@@ -87,7 +88,7 @@ def test_every_policy_sees_the_same_traffic_per_seed():
     tables = {}
     for name in ("round_robin", "jsq", "sbs"):
         for i in (0, 1):
-            out = E.run_one(raw, raw["policy"], E.resolve(name, "prefill"), split, i)
+            out = E.run_one(raw, raw["policy"], candidates.resolve(name, "prefill"), split, i)
             tables[name, i] = out.result.requests.sort_values("id")
     cols = ["arrival", "prompt", "output"]
     for i in (0, 1):
@@ -140,10 +141,10 @@ def test_a_router_that_skips_forever_is_stopped_by_the_wall_budget_and_says_why(
     assert (r.status == "rejected").all() and (r.reason == "horizon").all()
 
 
-def _decode_agent(predict) -> E.Candidate:
-    agent = E.LoadedAgent(Path("."), {"env_id": "pdgym/DecodeRouting-v0", "point": "decode", "env_kwargs": {}},
+def _decode_agent(predict) -> candidates.Candidate:
+    agent = candidates.LoadedAgent(Path("."), {"env_id": "pdgym/DecodeRouting-v0", "point": "decode", "env_kwargs": {}},
                           predict)
-    return E.Candidate("scripted", "agent", "decode", agent=agent)
+    return candidates.Candidate("scripted", "agent", "decode", agent=agent)
 
 
 def test_an_agent_whose_decisions_per_request_explode_stops_at_its_budget_as_stalled():

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import zoo
 from pdgym.agents.learned.model_store import ModelFileError
@@ -88,7 +89,7 @@ def test_an_unknown_zoo_name_is_one_line_listing_the_entries_and_exit_2(tmp_path
 @pytest.mark.parametrize("spec", ["zoo:../../etc/passwd", "zoo:Prefix", "zoo:a.zip", "zoo:"])
 def test_a_zoo_name_is_checked_before_it_becomes_a_path(spec):
     with pytest.raises(ConfigError, match="is not allowed"):
-        E.resolve(spec)
+        candidates.resolve(spec)
 
 
 def test_the_leaderboard_and_enjoy_take_zoo_names(tmp_path):
@@ -115,7 +116,7 @@ def test_an_agent_on_another_cluster_shape_is_one_line():
     from pdgym.envs.scenario import load_scenario
 
     raw = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=20"]).raw
-    cand = E.resolve("zoo:prefix_mooncake")
+    cand = candidates.resolve("zoo:prefix_mooncake")
     with pytest.raises(ConfigError, match="agent takes observations of 773 values and this scenario gives 293"
                                           ".*scenario=prefix_mooncake: add it"):
         E.run_one(raw, raw["policy"], cand, None, 0)
@@ -133,12 +134,12 @@ def zoo_copy(tmp_path) -> Path:
 
 def test_a_tampered_archive_is_refused(zoo_copy):
     path = zoo.archive("prefix_mooncake", zoo_copy)
-    E.zoo_agent("prefix_mooncake", zoo_copy)  # the copy loads as shipped
+    candidates.zoo_agent("prefix_mooncake", zoo_copy)  # the copy loads as shipped
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit inside the weights: still a readable zip, a different network
     path.write_bytes(bytes(data))
     with pytest.raises(ModelFileError, match="sha256"):
-        E.zoo_agent("prefix_mooncake", zoo_copy)
+        candidates.zoo_agent("prefix_mooncake", zoo_copy)
 
 
 def test_the_index_is_data_checked_key_by_key(zoo_copy):

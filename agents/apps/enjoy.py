@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs import render as V
 from pdgym.envs.sim.config import ConfigError
@@ -44,9 +45,9 @@ def settings(data: dict) -> dict:
             "split": data["splits"][split_name] if split_name else None, "split_name": split_name}
 
 
-def candidate(data: dict) -> E.Candidate:
-    """The policy under test (E.resolve), refused up front if the env cannot replay it."""
-    cand = E.resolve(str(data["enjoy_policy"]) if not isinstance(data["enjoy_policy"], dict) else data["enjoy_policy"],
+def candidate(data: dict) -> candidates.Candidate:
+    """The policy under test (candidates.resolve), refused up front if the env cannot replay it."""
+    cand = candidates.resolve(str(data["enjoy_policy"]) if not isinstance(data["enjoy_policy"], dict) else data["enjoy_policy"],
                      data.get("point"))
     if cand.kind == "baseline" and not hasattr(_env_class(cand), "teacher_action"):
         raise ConfigError(f"policy: {cand.label!r} is a {cand.point} baseline, and {_env_module(cand).ENV_ID} cannot "
@@ -54,14 +55,14 @@ def candidate(data: dict) -> E.Candidate:
     return cand
 
 
-def _env_module(cand: E.Candidate):
+def _env_module(cand: candidates.Candidate):
     from pdgym.envs.sim.points import POINTS
 
     env_id = cand.agent.meta["env_id"] if cand.agent is not None else POINTS[cand.point].env_id
-    return E.env_module(env_id)
+    return candidates.env_module(env_id)
 
 
-def _env_class(cand: E.Candidate) -> type:
+def _env_class(cand: candidates.Candidate) -> type:
     from pdgym.envs.base import PdgymEnv
 
     mod = _env_module(cand)
@@ -80,7 +81,7 @@ def validate(cfg) -> None:
     sim_config_from(data)
 
 
-def make_env(data: dict, cand: E.Candidate, split: dict | None, index: int):
+def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: int):
     """(the env of the candidate's point on the composed scenario, with run `index`'s split segment, seed)."""
     from pdgym.agents.common import SIM_KEYS
 
@@ -129,7 +130,7 @@ def _write_gif(path: Path, frames: list[np.ndarray], fps: float) -> bool:
     return True
 
 
-def replay(env, cand: E.Candidate, seed: int, s: dict, on_frame=None) -> dict:
+def replay(env, cand: candidates.Candidate, seed: int, s: dict, on_frame=None) -> dict:
     """Run one episode; returns {frames (RGB arrays), texts, return, decisions, end, summary, ...}."""
     policy = cand.build() if cand.kind == "baseline" else None
     obs, info = env.reset(seed=seed)

@@ -45,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
@@ -144,7 +145,7 @@ def check_config(cfg: dict) -> dict:
         check_candidates(sc)
     for a in cfg.get("agents") or []:  # a broken agent fails the board here, not inside it
         try:
-            E.load_agent(str(a["path"]))
+            candidates.load_agent(str(a["path"]))
         except (ConfigError, FileNotFoundError) as exc:
             raise ConfigError(f"agents.{a['label']}.path: {exc}") from None
     if not isinstance(cfg.get("out_dir"), str) or not cfg["out_dir"].strip():
@@ -162,7 +163,7 @@ def check_candidates(sc: BoardScenario) -> None:
     to a board that noted the failure inside it, exit 0); their parameters are checked by each run."""
     for label, kind, spec in _candidates(sc, []):
         try:
-            E.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
+            candidates.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
         except ConfigError as exc:
             where = "baselines" if kind == "baseline" else "headroom"
             raise ConfigError(f"scenarios.{sc.key}.{where}: {str(exc).removeprefix('policy: ')}") from None

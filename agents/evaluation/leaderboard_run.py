@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pdgym.agents.common import check_label
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.envs.sim.config import ConfigError
 
@@ -128,11 +129,11 @@ def agent_point(path: str) -> str:
 
     if zoo.is_zoo(path):
         return zoo.entry(path.removeprefix(zoo.PREFIX), key="agents")["agent"]["point"]
-    p = E.model_file(Path(path))
+    p = candidates.model_file(Path(path))
     for d in (p.parent, p.parent.parent):
-        if os.path.lexists(d / E.AGENT_META):
-            return E.read_agent_meta(d, "agents")["point"]
-    raise ConfigError(f"agents: {path} has no {E.AGENT_META} (not a pdgym-train run?)")
+        if os.path.lexists(d / candidates.AGENT_META):
+            return candidates.read_agent_meta(d, "agents")["point"]
+    raise ConfigError(f"agents: {path} has no {candidates.AGENT_META} (not a pdgym-train run?)")
 
 
 def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | None, index: int,
@@ -154,10 +155,10 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
 _CACHE: dict = {}
 
 
-def _resolve_cached(label: str, kind: str, spec, point: str) -> E.Candidate:
+def _resolve_cached(label: str, kind: str, spec, point: str) -> candidates.Candidate:
     key = (label, kind, spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True), point)  # lists too
     if key not in _CACHE:
-        _CACHE[key] = E.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
+        _CACHE[key] = candidates.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
     return _CACHE[key]
 
 
@@ -185,7 +186,7 @@ def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | 
     if wl.get("phases"):  # a phase's own rate would override the burst's: every phase arrives at once too
         burst_wl["phases"] = [dict(ph, rate=None) for ph in wl["phases"]]
     burst = dict(raw, workload=burst_wl)
-    cand = E.resolve(regime_policy(sc), sc.point)
+    cand = candidates.resolve(regime_policy(sc), sc.point)
     out = E.run_one(burst, raw["policy"], cand, split, 0)
     fin = out.result.requests.query("status == 'finished'")
     f = np.sort((fin.first_token if sc.point == "prefill" else fin.finish).to_numpy())

@@ -105,25 +105,27 @@ def same_recipe(runs: list[Path]) -> bool:
 def heuristic_references(run: Path, names: list[str]) -> tuple[str, dict[str, float]]:
     """(primary, {heuristic: its mean validation primary}) on the run's validation seeds and split."""
     from omegaconf import OmegaConf
+    from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
 
     from .env_factory import scenario_raw
     from .schema import EnvSchema
 
-    meta = json.loads((run / E.AGENT_META).read_text())
+    meta = json.loads((run / candidates.AGENT_META).read_text())
     cfg = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"))
     env = EnvSchema(**{k: v for k, v in cfg["env"].items() if k in EnvSchema.__dataclass_fields__})
     raw = scenario_raw(env)
     split = cfg["splits"][cfg["eval"]["split"]]
     out = {}
     for name in names:
-        cand = E.resolve(name, meta["point"])
+        cand = candidates.resolve(name, meta["point"])
         out[name] = E.evaluate(raw, cand, cfg["eval"]["seeds"], split, others=raw["policy"]).stats()[env.primary]["mean"]
     return env.primary, out
 
 
 def main(argv: list[str] | None = None) -> None:
     from pdgym.agents.common import OneLineParser, fail
+    from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
 
     p = OneLineParser(description="Learning curves of several pdgym-train runs with heuristic lines.")
@@ -133,9 +135,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         for r in args.runs:
-            if not (r / E.AGENT_META).is_file():
-                raise ConfigError(f"runs: {r} is not a pdgym-train run directory (no {E.AGENT_META})")
-        primaries = {json.loads((r / E.AGENT_META).read_text())["primary"] for r in args.runs}
+            if not (r / candidates.AGENT_META).is_file():
+                raise ConfigError(f"runs: {r} is not a pdgym-train run directory (no {candidates.AGENT_META})")
+        primaries = {json.loads((r / candidates.AGENT_META).read_text())["primary"] for r in args.runs}
         if len(primaries) != 1:
             raise ConfigError(f"runs: they select on different metrics ({', '.join(sorted(primaries))})")
         primary, refs = heuristic_references(args.runs[0], args.baselines) if args.baselines else (primaries.pop(), {})

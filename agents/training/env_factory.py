@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 
 
@@ -60,7 +61,7 @@ class SegmentCycle(gym.Env):
 
 
 def _make(env_id: str, kwargs: dict) -> gym.Env:
-    return E.env_module(env_id).make_env(**kwargs)
+    return candidates.env_module(env_id).make_env(**kwargs)
 
 
 def env_kwargs(env, overrides: list[str]) -> dict:

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
@@ -44,8 +45,8 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
     meta = {"env_id": env.id, "point": env.point, "env_kwargs": env_kwargs(env, env.overrides)}
 
     def run(model) -> dict:
-        agent = E.LoadedAgent(Path("."), meta, M.predictor(model.policy, algo, vec_norm))
-        cand = E.Candidate("current", "agent", env.point, agent=agent)
+        agent = candidates.LoadedAgent(Path("."), meta, M.predictor(model.policy, algo, vec_norm))
+        cand = candidates.Candidate("current", "agent", env.point, agent=agent)
         t0 = time.perf_counter()
         print(f"held-out evaluation at step {model.num_timesteps}: {len(seeds)} validation seed(s)", flush=True)
 
@@ -83,8 +84,8 @@ def resume_point(app: TrainSchema, data: dict, out: Path) -> Path | None:
         if not p.is_file():
             raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
         return p
-    meta_path, ckpts = out / E.AGENT_META, M.checkpoints(out / "checkpoints")
-    old = E.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
+    meta_path, ckpts = out / candidates.AGENT_META, M.checkpoints(out / "checkpoints")
+    old = candidates.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
     if old is None and ckpts:
         raise ConfigError(f"resume: {out} holds checkpoints but no recorded configuration (an older pdgym run); "
                           "give another name= or resume=never to start over")
@@ -150,7 +151,7 @@ def train(data: dict, out: Path) -> dict:
             "overrides": env.overrides, "env_kwargs": env_kwargs(env, env.overrides),
             "policies": env.policies, "primary": env.primary,
             "seed": app.seed, "splits": data["splits"], "identity": identity(data)}
-    write_json(out / E.AGENT_META, meta)
+    write_json(out / candidates.AGENT_META, meta)
     if resumed is not None:
         print(f"{app.name}: resuming from {resumed} at step {model.num_timesteps}", flush=True)
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from pdgym.agents.common import OneLineParser, commit_id, one_line_errors
+from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store, zoo
 from pdgym.envs.sim import safe_files
@@ -57,7 +58,7 @@ def metrics_of(ent: dict) -> list[str]:
     return list(dict.fromkeys([*([primary] if primary else []), *METRICS]))
 
 
-def score(ent: dict, cand: E.Candidate) -> dict:
+def score(ent: dict, cand: candidates.Candidate) -> dict:
     """{metric: [value per rescore seed]} of `cand` on the entry's rescore runs."""
     from pdgym.envs.scenario import load_scenario
 
@@ -71,8 +72,8 @@ def score(ent: dict, cand: E.Candidate) -> dict:
 def rescore(name: str, root: Path | None = None) -> dict:
     """The entry's per-seed values, measured again from its shipped archive."""
     ent = zoo.entry(name, root)
-    agent = E.zoo_agent(name, root)
-    return score(ent, E.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
+    agent = candidates.zoo_agent(name, root)
+    return score(ent, candidates.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
 
 
 def mismatches(committed: dict, got: dict, rel: float = REL_TOL) -> list[str]:
@@ -134,8 +135,8 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
         raise ConfigError("command: give the command that trained the run (docs/results.md quotes it)")
     if split is not None and split not in E.default_splits():
         raise ConfigError(f"split: got {split!r}; allowed: {', '.join(E.default_splits())}, null")
-    src = E.model_file(run)
-    meta = E.read_agent_meta(run, "run")
+    src = candidates.model_file(run)
+    meta = candidates.read_agent_meta(run, "run")
     data = safe_files.read_bytes(src, model_store.MAX_MODEL_BYTES, "model file", within=run)
     sha = hashlib.sha256(data).hexdigest()
     entries = zoo.read_index(root)
@@ -159,10 +160,10 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
-        agent = E.LoadedAgent(tmp, zoo.agent_meta(name, ent), model_store.load_predictor(tmp, sha))
-        ent["rescore"]["per_seed"] = score(ent, E.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
+        agent = candidates.LoadedAgent(tmp, zoo.agent_meta(name, ent), model_store.load_predictor(tmp, sha))
+        ent["rescore"]["per_seed"] = score(ent, candidates.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
         if reference:
-            ref = E.resolve(reference, agent.point)
+            ref = candidates.resolve(reference, agent.point)
             ent["reference"] = {"policy": reference, "per_seed": score(ent, ref)}
         ent["rescore"]["command"] = rescore_command(name, ent)
         os.replace(tmp, final)

@@ -1,0 +1,189 @@
+"""What a policy spec names, as a Candidate for evaluation: a registered baseline, a configured preset
+(conf/policy/POINT/NAME.yaml), `module:Class` (named on the command line or in Python only), a pdgym-train
+run folder or model zip, or a shipped agent (`zoo:NAME`). Trained agents are loaded through the model store:
+weights and arrays only, never pickle; a run folder's agent.json is read bounded and type-checked."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdgym.envs.sim import safe_files
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.points import POINTS
+
+AGENT_META = "agent.json"
+
+
+def env_module(env_id: str):
+    """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
+    import gymnasium as gym
+    import pdgym.envs  # noqa: F401  (registers the envs)
+
+    if env_id not in gym.registry:
+        raise ConfigError(f"env.id: unknown {env_id!r}; allowed: {', '.join(k for k in gym.registry if 'pdgym' in k)}")
+    entry = gym.registry[env_id].entry_point
+    return importlib.import_module(entry.split(":")[0] if isinstance(entry, str) else entry.__module__)
+
+
+def model_file(path: Path) -> Path:
+    """A model zip, or the best (else final, else last checkpoint) model of a training run directory; a model
+    the run directory names must be a regular file inside it (no symlink out of it, no device)."""
+    from pdgym.agents.learned.model_store import MAX_MODEL_BYTES, latest_complete
+
+    if not path.is_dir():
+        return safe_files.check_regular_file(path, MAX_MODEL_BYTES, "policy")
+    for name in ("best_model.zip", "final_model.zip"):
+        if os.path.lexists(path / name):
+            return safe_files.check_regular_file(path / name, MAX_MODEL_BYTES, "policy", within=path)
+    ckpt = latest_complete(path / "checkpoints")
+    if ckpt is not None:
+        return safe_files.check_regular_file(ckpt, MAX_MODEL_BYTES, "policy", within=path)
+    raise FileNotFoundError(f"{path}: no best_model.zip, final_model.zip or checkpoints/model_<steps>.zip")
+
+
+MAX_AGENT_META_BYTES = 16 * safe_files.MiB  # agent.json: JSON of a few kB (docs/architecture.md, bounds)
+AGENT_META_KEYS = {"point": str, "env_id": str, "env_kwargs": dict}  # what rebuilding an agent's observation reads
+
+
+def read_agent_meta(root: Path, key: str = "policy") -> dict:
+    """A run directory's agent.json, checked: a regular file inside the run (bounded), UTF-8 JSON, an object with
+    the keys evaluation reads, of their types; anything else is one ConfigError line naming the file."""
+    path = Path(root) / AGENT_META
+    meta = safe_files.read_json(path, MAX_AGENT_META_BYTES, key, within=root)
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{key}: {path} holds a JSON {type(meta).__name__}, not an object written by pdgym-train")
+    for name, kind in AGENT_META_KEYS.items():
+        if not isinstance(meta.get(name), kind):
+            raise ConfigError(f"{key}: {path} has no valid {name!r} (got {meta.get(name)!r}); not written by "
+                              "pdgym-train?")
+    if meta["point"] not in POINTS:
+        raise ConfigError(f"{key}: {path} names decision point {meta['point']!r}; allowed: {', '.join(POINTS)}")
+    return meta
+
+
+@dataclass
+class LoadedAgent:
+    """A trained model plus what is needed to rebuild its observation: env id, env kwargs, decision point."""
+
+    path: Path
+    meta: dict
+    predict: Any
+
+    @property
+    def point(self) -> str:
+        return self.meta["point"]
+
+    def policy(self):
+        """The env's AgentPolicy around the network, its decisions bounded per request (DecisionBudget)."""
+        from pdgym.envs.base import DECISIONS_PER_REQUEST, DecisionBudget
+
+        mod = env_module(self.meta["env_id"])
+        budget = DecisionBudget(self.predict, DECISIONS_PER_REQUEST.get(self.point))
+        return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
+
+
+def load_agent(path: str | Path) -> LoadedAgent:
+    """Load a model written by pdgym-train (its run directory, or a .zip inside it), or a shipped one
+    (`zoo:NAME`), through the model store: the network is rebuilt from its saved spec and only weights and
+    arrays are read (no pickle)."""
+    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned.model_store import load_predictor
+
+    if zoo.is_zoo(path):
+        return zoo_agent(str(path).removeprefix(zoo.PREFIX))
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"policy: {p} does not exist; give a pdgym-train run directory, a model .zip in one, "
+                          "or a baseline name")
+    zip_path = model_file(p)
+    root = next((d for d in (zip_path.parent, zip_path.parent.parent) if os.path.lexists(d / AGENT_META)), None)
+    if root is None:
+        raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
+    meta = read_agent_meta(root)
+    return LoadedAgent(zip_path, meta, load_predictor(zip_path, trained_on=meta["env_kwargs"].get("scenario")))
+
+
+def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
+    """A shipped agent (agents/learned/zoo.py): its archive checked against the index's sha256, then read by
+    the model store; an unknown name is one line listing the available ones."""
+    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned.model_store import load_predictor
+
+    ent = zoo.entry(name, root)
+    path = zoo.archive(name, root)
+    meta = zoo.agent_meta(name, ent)
+    return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")))
+
+
+@dataclass
+class Candidate:
+    """A policy under test: a registered baseline of one decision point, or a trained agent."""
+
+    label: str
+    kind: str  # baseline | agent
+    point: str
+    spec: dict = field(default_factory=dict)  # baseline: {name, params}
+    agent: LoadedAgent | None = None
+
+    def build(self):
+        """A fresh policy object (policies keep per-run state)."""
+        from pdgym.baselines import make_policy
+
+        return self.agent.policy() if self.agent is not None else make_policy(self.point, self.spec)
+
+
+def is_model_path(spec: str) -> bool:
+    """A trained agent: a model zip, a run folder, or a shipped one (zoo:NAME)."""
+    return spec.startswith("zoo:") or spec.endswith(".zip") or "/" in spec or Path(spec).exists()
+
+
+def resolve(spec: str | dict, point: str | None = None, label: str | None = None) -> Candidate:
+    """A baseline name (or {name, params}) or a model path -> Candidate; the decision point is inferred
+    from the registry (or the agent's metadata) unless given."""
+    from pdgym.baselines import registered
+    from pdgym.baselines.registry import KINDS, external_class, is_external, point_of
+
+    if point is not None and point not in POINTS:
+        raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
+    if not isinstance(spec, (str, Mapping)) or (isinstance(spec, Mapping) and not isinstance(spec.get("name"), str)):
+        raise ConfigError(f"policy: got {spec!r}; must be a baseline name (e.g. 'least_kv'), {{'name': ..., params}}, "
+                          "a pdgym-train run folder or model zip, zoo:NAME, or module:Class")
+    if isinstance(spec, str) and is_model_path(spec):
+        agent = load_agent(spec)
+        if point is not None and point != agent.point:
+            raise ConfigError(f"point: {spec} is a {agent.point} agent, not {point}")
+        return Candidate(label or agent.meta.get("name", Path(spec).stem), "agent", agent.point, agent=agent)
+    base = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name = base.get("name")
+    kinds = [k for k in POINTS if name in registered(k)]
+    if is_external(name):  # module:Class, named by the command line or Python (baselines/registry.py)
+        kinds = point_of(external_class(name))
+        if not kinds:
+            raise ConfigError(f"policy: {name} subclasses no decision point's protocol; allowed bases: "
+                              + ", ".join(f"{p.__module__}.{p.__name__}" for p in KINDS.values()))
+    if not kinds:  # a configured preset (conf/policy/POINT/NAME.yaml, e.g. sbs_cache): its class and params
+        from pdgym.agents.common import configured_policy
+
+        presets = {k: configured_policy(k, name) for k in POINTS if point in (None, k)}
+        presets = {k: v for k, v in presets.items() if v is not None}
+        if len(presets) == 1:
+            (point, preset), = presets.items()
+            label = label or name
+            base = {**preset, **{k: v for k, v in base.items() if k != "name"}}
+            name = base["name"]
+            kinds = [point]
+    if point is None:
+        if len(kinds) != 1:
+            allowed = "; ".join(f"{k}: {', '.join(registered(k))}" for k in POINTS)
+            why = "is registered at several decision points, set point=" if kinds else "is neither a model path, " \
+                  "a registered baseline nor module:Class"
+            raise ConfigError(f"policy: {name!r} {why} ({allowed})")
+        point = kinds[0]
+    elif point not in kinds:
+        raise ConfigError(f"policy: {name!r} is not a {point} baseline; allowed: {', '.join(registered(point))}")
+    return Candidate(label or name, "baseline", point, spec=base)
