@@ -9,7 +9,6 @@ simulator `DispatchRecorder` (envs/shadow.py). Route mode's core lives in envs/p
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -18,6 +17,7 @@ from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.baselines.sbs import SBS
 from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
+from pdgym.envs.arrival_window import ArrivalWindow
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.prefix_route import RouteAgent, RouteEnvAdapter
@@ -43,10 +43,7 @@ class _Obs:
 
 
 def _rate(o: _Obs) -> float:
-    arr = o.core._arrivals
-    if len(arr) >= 2 and o.now > arr[0][0]:
-        return sum(t for _, t in arr) / (o.now - arr[0][0]) / o.core._cap_tok_s
-    return 0.0
+    return o.core._arrivals.load(o.now, o.core._cap_tok_s)
 
 
 def _queue(o: _Obs):
@@ -239,7 +236,7 @@ class _Core(LayoutCore, PrefillScheduler):
         self.pbaa.reset()
         self.last_release = 0.0
         self._tick_at = math.inf
-        self._arrivals: deque = deque(maxlen=64)  # (time, prompt tokens) of fresh arrivals
+        self._arrivals = ArrivalWindow()
         self._lnet = sim.cfg.cluster.net_latency_s
         self._slo = sim.cfg.slo.ttft_s
         chunk = float(self.cap.chunk_tokens)
@@ -269,7 +266,7 @@ class _Core(LayoutCore, PrefillScheduler):
     def on_arrival(self, sim, rid: int) -> None:
         req = sim.req
         if req.buf_t[rid] == req.arrival[rid]:  # fresh, not bounced or preempted
-            self._arrivals.append((sim.now, int(req.prompt[rid])))
+            self._arrivals.add(sim.now, int(req.prompt[rid]))
             if self.sbs is not None:
                 self.classes.arrived(int(req.work[rid]))
         if self.sbs is not None:

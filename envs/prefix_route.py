@@ -20,10 +20,10 @@ the one cache_ttft minimises.
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import numpy as np
 from pdgym.baselines.cache_routing import UnitDispatch
+from pdgym.envs.arrival_window import ArrivalWindow
 from pdgym.envs.base import resolve_action
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import shadow_teacher
@@ -42,11 +42,7 @@ class _Ctx:
 
 
 def _rate(c: _Ctx) -> float:
-    arr = c.core._arrivals
-    now = c.core._now
-    if len(arr) >= 2 and now > arr[0][0]:
-        return sum(t for _, t in arr) / (now - arr[0][0]) / c.core._cap_tok_s
-    return 0.0
+    return c.core._arrivals.load(c.core._now, c.core._cap_tok_s)
 
 
 def _gap(c: _Ctx) -> np.ndarray:
@@ -141,7 +137,7 @@ class RouteCore(LayoutCore, PrefillScheduler):
         self._chunk = float(sim.prefill[0].chunk_tokens)
         self._tf = self.est.t_full(sim, 0)
         self._cap_tok_s = n * dp * self._chunk / self._tf
-        self._arrivals: deque = deque(maxlen=64)  # (time, prompt tokens) of fresh arrivals
+        self._arrivals = ArrivalWindow()
         self.teacher = None
         self._proxy = None
         self.intents: dict[int, tuple[int, int | None]] = {}
@@ -157,7 +153,7 @@ class RouteCore(LayoutCore, PrefillScheduler):
     def on_arrival(self, sim, rid: int) -> None:
         req = sim.req
         if req.buf_t[rid] == req.arrival[rid]:  # fresh, not bounced or preempted
-            self._arrivals.append((sim.now, int(req.prompt[rid])))
+            self._arrivals.add(sim.now, int(req.prompt[rid]))
         if self.teacher is not None:
             self.teacher.on_arrival(self._proxy, rid)
         self._epoch(sim)
