@@ -19,6 +19,8 @@ from pdgym.agents.learned.model_store import checkpoints
 from pdgym.envs.sim.metrics import write_json
 from stable_baselines3.common.callbacks import BaseCallback
 
+from . import run_files
+
 # The key of an evaluation's stats naming the seeds that stopped early ({seed: why}): a run cut short (stalled,
 # out of budget) has metrics over the few requests it resolved (a stalled router's imbalance is tiny), so
 # such an evaluation is never the best model.
@@ -164,11 +166,10 @@ class HeldOutEval(BaseCallback):
         self.runs, self.spent_s = 0, 0.0  # evaluations run by this process and their wall time
 
     def _init_callback(self) -> None:
-        if self.history_path.is_file():  # resumed run: remember the best score so far
-            h = pd.read_csv(self.history_path)
-            score = E.direction(self.primary) * h[self.primary].to_numpy() if self.primary in h else np.array([])
-            if np.isfinite(score).any():
-                self.best = float(np.nanmax(score))
+        h = run_files.history(self.out, self.primary, "resume")  # a resumed run: remember the best score so far
+        score = E.direction(self.primary) * h[self.primary].to_numpy(dtype=float)
+        if np.isfinite(score).any():
+            self.best = float(np.nanmax(score))
         self.last = self.num_timesteps
 
     def _on_step(self) -> bool:

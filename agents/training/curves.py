@@ -9,8 +9,8 @@ the curves were measured on), through the same `simulate()` path as the agent.
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from pathlib import Path
 
 import matplotlib
@@ -21,22 +21,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from pdgym.envs.sim.config import ConfigError  # noqa: E402
 
-RETURN_COL, STEP_COL = "rollout/ep_rew_mean", "time/total_timesteps"
+from . import run_files  # noqa: E402
+from .run_files import RETURN_COL, STEP_COL  # noqa: E402
 
 
-def _history(run: Path, primary: str) -> pd.DataFrame:
-    h = run / "eval_history.csv"
-    if not h.is_file():
-        return pd.DataFrame(columns=["timesteps", primary])
-    df = pd.read_csv(h)
-    return df.sort_values("timesteps").drop_duplicates("timesteps", keep="last") if primary in df else df.iloc[:0]
-
-
-def run_curves(run: Path, primary: str) -> Path | None:
-    """<run>/curves.png: training episode return (progress.csv) and validation `primary` (eval_history.csv)."""
+def run_curves(run: Path, primary: str, hist: pd.DataFrame | None = None,
+               prog: pd.DataFrame | None = None) -> Path | None:
+    """<run>/curves.png: training episode return (progress.csv) and validation `primary` (eval_history.csv),
+    read bounded and checked (run_files) unless given; None when there is nothing to draw yet."""
     run = Path(run)
-    hist = _history(run, primary)
-    prog = pd.read_csv(run / "progress.csv") if (run / "progress.csv").is_file() else pd.DataFrame()
+    hist = run_files.history(run, primary) if hist is None else hist
+    prog = run_files.progress(run) if prog is None else prog
     has_ret = not prog.empty and RETURN_COL in prog and prog[RETURN_COL].notna().any()
     if hist.empty and not has_ret:
         return None
@@ -61,13 +56,14 @@ def run_curves(run: Path, primary: str) -> Path | None:
 
 
 def seed_curves(runs: list[Path], primary: str, references: dict[str, float], path: Path,
-                direction: int = -1, mean: bool = True) -> Path:
-    """Validation `primary` of several runs (thin lines) and, with `mean` (seeds of one recipe), their mean
-    over the common steps (thick), with horizontal reference lines (heuristics on the same validation traffic)."""
+                direction: int = -1, mean: bool = True, hists: list[pd.DataFrame] | None = None) -> Path:
+    """Validation `primary` of several runs (thin lines; their histories `hists`, read here unless given) and,
+    with `mean` (seeds of one recipe), their mean over the common steps (thick), with horizontal reference lines
+    (heuristics on the same validation traffic)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     frames = []
-    for run in runs:
-        h = _history(Path(run), primary)
+    for i, run in enumerate(runs):
+        h = run_files.history(Path(run), primary) if hists is None else hists[i]
         if not h.empty:
             ax.plot(h.timesteps, h[primary], lw=0.9, alpha=0.55, marker=".", label=Path(run).name)
             frames.append(h.set_index("timesteps")[primary])
@@ -89,41 +85,67 @@ def seed_curves(runs: list[Path], primary: str, references: dict[str, float], pa
     return Path(path)
 
 
-def same_recipe(runs: list[Path]) -> bool:
+def same_recipe(runs: list[Path], configs: list[dict] | None = None) -> bool:
     """True when the runs differ only in their seed (and the name that carries it): a mean over them means
-    something; runs of different recipes are drawn side by side."""
+    something; runs of different recipes are drawn side by side. `configs`: their config.yaml, read here
+    (bounded, run_files.config) unless given."""
+    configs = [run_files.config(Path(r)) for r in runs] if configs is None else configs
+    recipes = [{k: v for k, v in cfg.items() if k not in ("seed", "name", "hydra")} for cfg in configs]
+    return all(r == recipes[0] for r in recipes[1:])
+
+
+def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
+                         cfg: dict | None = None) -> tuple[str, dict[str, float]]:
+    """(primary, {heuristic: its mean validation primary}) on the run's validation seeds and split, from its
+    agent.json and config.yaml (read here, bounded and checked, unless given). The stored config names no code:
+    a policy given as module:Class there is refused (code is imported only when the command line names it)."""
     from omegaconf import OmegaConf
-
-    def recipe(run: Path) -> dict:
-        cfg = OmegaConf.to_container(OmegaConf.load(Path(run) / "config.yaml"))
-        return {k: v for k, v in cfg.items() if k not in ("seed", "name", "hydra")}
-
-    first = recipe(runs[0])
-    return all(recipe(r) == first for r in runs[1:])
-
-
-def heuristic_references(run: Path, names: list[str]) -> tuple[str, dict[str, float]]:
-    """(primary, {heuristic: its mean validation primary}) on the run's validation seeds and split."""
-    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
     from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
+    from pdgym.baselines.registry import is_external
+    from pdgym.envs.sim import safe_files
 
     from .env_factory import scenario_raw
     from .schema import EnvSchema
 
-    meta = json.loads((run / candidates.AGENT_META).read_text())
-    cfg = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"))
-    env = EnvSchema(**{k: v for k, v in cfg["env"].items() if k in EnvSchema.__dataclass_fields__})
+    run = Path(run)
+    meta = run_files.agent_meta(run) if meta is None else meta
+    cfg = run_files.config(run) if cfg is None else cfg
+    path = run / run_files.CONFIG
+    node = {k: v for k, v in safe_files.get_key(cfg, "env", dict, "runs", path).items()
+            if k in EnvSchema.__dataclass_fields__}
+    try:
+        env = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EnvSchema), node))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"runs: {path}: env.{getattr(exc, 'full_key', '') or ''}: "
+                          f"{str(exc).splitlines()[0]}") from None
+    split_name = safe_files.get_key(cfg, "eval.split", str, "runs", path)
+    seeds = safe_files.get_key(cfg, "eval.seeds", list, "runs", path)
+    if not seeds or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in seeds):
+        raise ConfigError(f"runs: {path} has eval.seeds = {str(seeds)[:60]}; expected integers >= 0, at least one")
+    split = safe_files.get_key(cfg, f"splits.{split_name}", dict, "runs", path)
+    for k, kind in (("seed_base", int), ("trace_from", (int, float)), ("trace_to", (int, float))):
+        safe_files.get_key(cfg, f"splits.{split_name}.{k}", kind, "runs", path)
+    if not 0 <= split["trace_from"] < split["trace_to"] <= 1:
+        raise ConfigError(f"runs: {path} has splits.{split_name} rows [{split['trace_from']}, {split['trace_to']}); "
+                          "expected 0 <= trace_from < trace_to <= 1")
     raw = scenario_raw(env)
-    split = cfg["splits"][cfg["eval"]["split"]]
+    for point, spec in (raw.get("policy") or {}).items():
+        name = spec.get("name") if isinstance(spec, dict) else spec
+        if is_external(name):
+            raise ConfigError(f"runs: {path} names the policy {name!r} ({point}); a stored file names no code: "
+                              "give module:Class on the command line instead")
     out = {}
     for name in names:
         cand = candidates.resolve(name, meta["point"])
-        out[name] = E.evaluate(raw, cand, cfg["eval"]["seeds"], split, others=raw["policy"]).stats()[env.primary]["mean"]
+        out[name] = E.evaluate(raw, cand, seeds, split, others=raw["policy"]).stats()[env.primary]["mean"]
     return env.primary, out
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Every run's agent.json, config.yaml and logs are read and checked before anything is drawn: a broken
+    one is one line (exit 2) and no figure is written."""
     from pdgym.agents.common import OneLineParser, fail
     from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
@@ -135,17 +157,26 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         for r in args.runs:
-            if not (r / candidates.AGENT_META).is_file():
+            if not r.is_dir() or not os.path.lexists(r / candidates.AGENT_META):
                 raise ConfigError(f"runs: {r} is not a pdgym-train run directory (no {candidates.AGENT_META})")
-        primaries = {json.loads((r / candidates.AGENT_META).read_text())["primary"] for r in args.runs}
+        metas = [run_files.agent_meta(r) for r in args.runs]
+        primaries = {m["primary"] for m in metas}
         if len(primaries) != 1:
             raise ConfigError(f"runs: they select on different metrics ({', '.join(sorted(primaries))})")
-        primary, refs = heuristic_references(args.runs[0], args.baselines) if args.baselines else (primaries.pop(), {})
+        configs = [run_files.config(r) for r in args.runs]
+        primary = primaries.pop()
+        hists = [run_files.history(r, primary) for r in args.runs]
+        progs = [run_files.progress(r) for r in args.runs]
+        refs = {}
+        if args.baselines:
+            primary, refs = heuristic_references(args.runs[0], args.baselines, metas[0], configs[0])
+            hists = [run_files.history(r, primary) for r in args.runs]
     except ConfigError as exc:
         fail("pdgym-curves", str(exc))
-    for r in args.runs:
-        run_curves(r, primary)
-    print(seed_curves(args.runs, primary, refs, args.out, E.direction(primary), mean=same_recipe(args.runs)))
+    for r, h, g in zip(args.runs, hists, progs):
+        run_curves(r, primary, h, g)
+    print(seed_curves(args.runs, primary, refs, args.out, E.direction(primary), mean=same_recipe(args.runs, configs),
+                      hists=hists))
     for k, v in refs.items():
         print(f"{k}: validation {primary} {v:.4g}")
 

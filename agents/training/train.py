@@ -18,7 +18,6 @@ split; pdgym-eval and the leaderboard use `test`. Evaluation runs the agent thro
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -32,7 +31,7 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 from . import callbacks as C
-from . import curves
+from . import curves, run_files
 from .env_factory import env_factories, env_kwargs, make_vec_env, probe, scenario_raw
 from .schema import AgentSchema, EnvSchema, TrainSchema, identity, identity_diff, register_resolvers, validate
 
@@ -74,16 +73,20 @@ def _logger(out: Path, wandb_run):
     return Logger(str(out), formats)
 
 
-def resume_point(app: TrainSchema, data: dict, out: Path) -> Path | None:
+def resume_point(app: TrainSchema, env: EnvSchema, data: dict, out: Path) -> Path | None:
     """The checkpoint this run continues (None: a fresh start). With `resume: auto` the run directory
-    must hold this very configuration: a different one stops here, before anything is written."""
-    if app.resume == "never":
-        return None
-    if app.resume != "auto":
-        p = Path(app.resume)
-        if not p.is_file():
-            raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
-        return p
+    must hold this very configuration: a different one stops here, before anything is written, as does a file
+    there this run would read back and cannot (run_files.check_earlier)."""
+    if app.resume not in ("never", "auto") and not Path(app.resume).is_file():
+        raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
+    ckpt = None if app.resume == "never" else Path(app.resume) if app.resume != "auto" else _auto_resume(data, out)
+    if out.is_dir():  # what this run reads back from an earlier one there, checked before anything is written
+        run_files.check_earlier(out, env.primary, resuming=ckpt is not None)
+    return ckpt
+
+
+def _auto_resume(data: dict, out: Path) -> Path | None:
+    """`resume: auto`: the last complete checkpoint of a run folder holding this very configuration."""
     meta_path, ckpts = out / candidates.AGENT_META, M.checkpoints(out / "checkpoints")
     old = candidates.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
     if old is None and ckpts:
@@ -133,7 +136,7 @@ def train(data: dict, out: Path) -> dict:
     t0 = time.perf_counter()
     app, env, agent = validate(data)
     out = Path(out)
-    resumed = resume_point(app, data, out)  # checks the run directory before anything is written
+    resumed = resume_point(app, env, data, out)  # checks the run directory before anything is written
     torch.set_num_threads(app.torch_threads)
     raw = scenario_raw(env)
     train_split = data["splits"]["train"]
@@ -155,9 +158,9 @@ def train(data: dict, out: Path) -> dict:
     if resumed is not None:
         print(f"{app.name}: resuming from {resumed} at step {model.num_timesteps}", flush=True)
 
-    run_id_file = out / "wandb_id.txt"
+    run_id_file = out / run_files.WANDB_ID
     wrun = wandb_utils.init(data.get("wandb") or {}, out, data, app.name,
-                            run_id_file.read_text().strip() if resumed and run_id_file.is_file() else None)
+                            run_files.wandb_id(out) if resumed else None)
     if wrun is not None:
         run_id_file.write_text(wrun.id)
     model.set_logger(_logger(out, wrun))
@@ -192,7 +195,7 @@ def train(data: dict, out: Path) -> dict:
         evaluator.init_callback(model)
         evaluator.run()
     final = evaluator.last_stats
-    best = json.loads((out / "best_metrics.json").read_text()) if (out / "best_metrics.json").is_file() else None
+    best = run_files.best(out, env.primary)
     best_val = best["metrics"][env.primary]["mean"] if best else final[env.primary]["mean"]
     summary = {"name": app.name, "algo": agent.algo, "env_id": env.id, "timesteps": int(model.num_timesteps),
                "resumed_from": str(resumed) if resumed else None, "bc": bc_stats, "primary": env.primary,
@@ -200,7 +203,10 @@ def train(data: dict, out: Path) -> dict:
                "val_final": {k: final[k]["mean"] for k in E.METRIC_KEYS},
                "wall_time_s": time.perf_counter() - t0}
     write_json(out / "metrics.json", summary)
-    curves.run_curves(out, env.primary)
+    try:  # the figure is a by-product: a log it cannot read costs the figure, not the trained run
+        curves.run_curves(out, env.primary)
+    except ConfigError as exc:
+        print(f"{app.name}: curves.png not drawn: {exc}", flush=True)
     venv.close()
     if wrun is not None:
         wrun.summary.update({f"val_final/{k}": v for k, v in summary["val_final"].items()
@@ -242,10 +248,10 @@ def _check(cfg) -> None:
     from pdgym.agents.common import to_container
 
     data = to_container(cfg)
-    app, _, _ = validate(data)
+    app, env, _ = validate(data)
     out = Path(str(HydraConfig.get().run.dir))
     if out.is_dir():
-        resume_point(app, data, out)
+        resume_point(app, env, data, out)
 
 
 def unused_keys() -> dict[str, str]:

@@ -1,10 +1,12 @@
 """Bounded reading of files pdgym did not write itself in this process: traces, cost tables, and what a run folder
-holds (checkpoints, agent.json, their zip members).
+holds (checkpoints, agent.json, their zip members, config.yaml, the CSV logs, metrics files).
 
 A reader checks before reading a byte that the path is a regular file (not a device like /dev/zero, a FIFO or a
 folder), optionally that it resolves inside a given folder (no symlink out of a run folder), and that its size
 is within a stated bound; each refusal is one ConfigError line naming what the file is for. The bounds every
-reader uses are listed in docs/architecture.md ("Files pdgym reads, and their bounds").
+reader uses are listed in docs/architecture.md ("Files pdgym reads, and their bounds"). JSON, YAML and CSV are
+parsed here too (YAML without aliases, no value nested deeper than the parser's recursion allows), and `get_key`
+reads a stored document's key by key: a missing or mistyped key is one line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -80,6 +82,71 @@ def read_json(path: str | os.PathLike, max_bytes: int, what: str, within: str | 
         return json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"{what}: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    except RecursionError:
+        raise ConfigError(f"{what}: {path} nests its values too deeply to be a file pdgym wrote") from None
+
+
+def _no_alias_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """yaml's safe loader (plain data only) that also refuses aliases: pdgym writes none, and a few nested
+        aliases make a small file a structure too large to compare or print."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.composer.ComposerError(None, None, "an alias (*name); pdgym writes none",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
+def read_yaml(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None):
+    """A checked file's YAML value as plain Python data (`read_text`, then yaml's safe loader without aliases:
+    no tag builds an object; malformed YAML is one line, not a traceback)."""
+    import yaml
+
+    text = read_text(path, max_bytes, what, within)
+    try:
+        return yaml.load(text, Loader=_no_alias_loader())  # noqa: S506 -- a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what}: {path} is not valid YAML ({' '.join(str(exc).split())[:160]})") from None
+    except RecursionError:
+        raise ConfigError(f"{what}: {path} nests its values too deeply to be a file pdgym wrote") from None
+
+
+def read_csv(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None):
+    """A checked file's CSV table as a pandas DataFrame (`read_text`, then pandas; a malformed or empty table is
+    one line, not a traceback)."""
+    import io
+
+    import pandas as pd
+
+    text = read_text(path, max_bytes, what, within)
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{what}: {path} is empty (no CSV header)") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise ConfigError(f"{what}: {path} is not a valid CSV table ({' '.join(str(exc).split())[:160]})") from None
+
+
+def get_key(doc, key: str, kind: type | tuple[type, ...], what: str, path: str | os.PathLike):
+    """`doc[a][b]...` for the dotted `key` of a stored document (JSON, YAML) when it is of `kind` (bool is not an
+    int here); else one ConfigError line naming the file and the key ("runs: RUN/config.yaml has no eval.split")."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    node = doc
+    for i, part in enumerate(key.split(".")):
+        if not isinstance(node, dict) or part not in node:
+            where = ".".join(key.split(".")[:i]) or "its top level"
+            got = "" if isinstance(node, dict) else f" ({where} is a {type(node).__name__}, not a mapping)"
+            raise ConfigError(f"{what}: {path} has no {key}{got}")
+        node = node[part]
+    if not isinstance(node, kinds) or (isinstance(node, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise ConfigError(f"{what}: {path} has {key} = {str(node)[:60]!r}, a {type(node).__name__}; expected a {names}")
+    return node
 
 
 def check_zip_member(info, max_bytes: int, what: str) -> None:
