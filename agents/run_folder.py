@@ -13,13 +13,16 @@ removes the entries this run added (the whole folder, and the parents it made, i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 
 try:  # POSIX; elsewhere folders are still checked, not locked
@@ -28,6 +31,7 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 MARKER = ".pdgym-run"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 _HELD: dict[Path, RunFolder] = {}  # folders this process holds: a claim of one of them is re-entrant
 
@@ -184,11 +188,15 @@ class RunFolder:
         self.release()
 
 
+MAX_MARKER_BYTES = 4096  # the marker's JSON ({app, pid}): a few dozen bytes
+
+
 def _holder(marker: Path) -> str:
+    """Who holds the folder, from its marker (read bounded: a marker that is a device or a huge file is not read)."""
     try:
-        info = json.loads(marker.read_text()[:4096])
-        return f"{info.get('app', 'pdgym')}, pid {info.get('pid', '?')}"
-    except (OSError, ValueError, AttributeError):
+        info = safe_files.read_json(marker, MAX_MARKER_BYTES, "marker", within=marker.parent)
+        return f"{str(info['app'])[:40]}, pid {int(info['pid'])}"
+    except (ConfigError, KeyError, TypeError, ValueError, OverflowError):
         return "another pdgym process"
 
 
@@ -203,9 +211,17 @@ def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     try:
         p.mkdir(parents=True, exist_ok=True)
         before = set(os.listdir(p))
-        fd = os.open(p / MARKER, os.O_RDWR | os.O_CREAT, 0o644)
+        # never through a link, never a device or a pipe: the marker is truncated and written below
+        fd = os.open(p / MARKER, os.O_RDWR | os.O_CREAT | _NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{key}: {p / MARKER} is a symbolic link; pdgym's marker is a plain file (remove the "
+                              "link, or give another folder)") from None
         raise ConfigError(f"{key}: cannot create the run folder {p}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{key}: {p / MARKER} is not a regular file (a device or a pipe); pdgym's marker is a plain "
+                          "file (remove it, or give another folder)")
     if fcntl is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

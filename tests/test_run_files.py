@@ -8,6 +8,7 @@ import gzip
 import importlib
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -248,3 +249,183 @@ def test_train_resume_with_a_broken_agent_json_is_one_line(meta, words, tmp_path
     assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-train: error: resume: "), err
     assert words in lines[0]
     assert sorted(os.listdir(run)) == before
+
+
+# --------------------------------------------------------------------------- YAML, CSV and keys of stored files
+def test_yaml_csv_and_keys_of_stored_files(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("a: {b: [1, 2]}\n")
+    doc = safe_files.read_yaml(f, 1 << 10, "k")
+    assert doc == {"a": {"b": [1, 2]}} and safe_files.get_key(doc, "a.b", list, "k", f) == [1, 2]
+    assert safe_files.get_key(doc, "a.c", int, "k", f, default=7) == 7
+    for key, kind, words in [("a.c", int, "has no a.c"), ("a.b", dict, "a.b = '[1, 2]', a list; expected dict"),
+                             ("a.b.c", int, "a.b is a list, not a mapping")]:
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            safe_files.get_key(doc, key, kind, "k", f)
+    with pytest.raises(ConfigError, match="expected int"):  # a bool is no count
+        safe_files.get_key({"n": True}, "n", int, "k", f)
+    for text, words in [("a: &x [1]\nb: *x\n", "alias"), ("a: [1\n", "not valid YAML"),
+                        ("!!python/object/apply:os.system ['true']\n", "not valid YAML"),
+                        ("[" * 100_000, "nests its values too deeply")]:
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=words) as e:
+            safe_files.read_yaml(f, 1 << 20, "k")
+        assert "\n" not in str(e.value)
+    f.write_text("[" * 100_000)
+    with pytest.raises(ConfigError, match="nests its values too deeply"):
+        safe_files.read_json(f, 1 << 20, "k")
+    for text, words in [("", "is empty"), ('a,b\n1,2\n"x,3\n', "not a valid CSV table"), ("a,b\n1,2\n3,4,5,6\n", "Expected 2 fields")]:
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=words):
+            safe_files.read_csv(f, 1 << 20, "k")
+
+
+# --------------------------------------------------------------------------- pdgym-curves reads every run first
+CONFIG = ("env: {id: pdgym/DecodeRouting-v0, point: decode, scenario: decode_tier_n16, primary: imbalance_mean}\n"
+          "eval: {freq: 64, seeds: [0], split: val}\n"
+          "splits: {val: {seed_base: 500, trace_from: 0.45, trace_to: 0.55}}\nseed: 0\nname: r\n")
+HISTORY = "timesteps,imbalance_mean\n64,0.5\n128,0.4\n"
+
+
+def _train_run(root: Path, name: str = "r") -> Path:
+    """A pdgym-train run folder as it is read back (no training: its files written directly)."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "agent.json").write_text(json.dumps(dict(META, primary="imbalance_mean")))
+    (run / "config.yaml").write_text(CONFIG)
+    (run / "eval_history.csv").write_text(HISTORY)
+    (run / "progress.csv").write_text("time/total_timesteps,rollout/ep_rew_mean\n64,-3.0\n128,-2.5\n")
+    return run
+
+
+def _curves(argv: list[str], capsys) -> tuple[int, list[str], str]:
+    from pdgym.agents.training import curves
+
+    with pytest.raises(SystemExit) as exc:
+        curves.main(argv)
+    err = capsys.readouterr().err
+    return exc.value.code, [ln for ln in err.splitlines() if ln.strip()], err
+
+
+def test_curves_of_run_folders_read_back(tmp_path, capsys):
+    from pdgym.agents.training import curves
+
+    runs = [_train_run(tmp_path, "a"), _train_run(tmp_path, "b")]
+    curves.main([*map(str, runs), "--out", str(tmp_path / "c.png")])
+    assert capsys.readouterr().out.splitlines()[0] == str(tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0 and all((r / "curves.png").is_file() for r in runs)
+
+
+def _bad_config(text: str):
+    return lambda run: (run / "config.yaml").write_text(text)
+
+
+CURVES = [  # (case, how the run's file is broken, the words of the line, whether it needs --baselines)
+    ("meta_device", lambda r: _link(r / "agent.json", "/dev/zero"), "a device", False),
+    ("meta_no_primary", lambda r: (r / "agent.json").write_text(json.dumps(META)), "has no primary", False),
+    ("meta_primary_list", lambda r: (r / "agent.json").write_text(json.dumps(dict(META, primary=[1]))),
+     "primary = '[1]', a list", False),
+    ("meta_primary_unknown", lambda r: (r / "agent.json").write_text(json.dumps(dict(META, primary="x"))),
+     "primary = 'x'; allowed", False),
+    ("config_device", lambda r: _link(r / "config.yaml", "/dev/zero"), "a device", False),
+    ("config_big", lambda r: (r / "config.yaml").write_text(CONFIG + "#" * 2000), "more than the", False),
+    ("config_latin1", lambda r: (r / "config.yaml").write_bytes("name: é\n".encode("latin-1")), "not UTF-8", False),
+    ("config_list", _bad_config("- 1\n- 2\n"), "holds a YAML list", False),
+    ("config_outside", lambda r: _link(r / "config.yaml", r.parent / "elsewhere.yaml"), "leads outside", False),
+    ("config_no_eval_split", _bad_config(CONFIG.replace(", split: val", "")), "config.yaml has no eval.split", True),
+    ("config_no_env", _bad_config(CONFIG.split("\n", 1)[1]), "config.yaml has no env", True),
+    ("config_no_split", _bad_config(CONFIG.replace("{val: ", "{test: ")), "has no splits.val", True),
+    ("config_seeds", _bad_config(CONFIG.replace("seeds: [0]", "seeds: [a]")), "eval.seeds", True),
+    ("config_env_type", _bad_config(CONFIG.replace("point: decode", "point: [1]")), "env.point", True),
+    ("config_code", _bad_config(CONFIG.replace("primary: imbalance_mean}", "primary: imbalance_mean, policies: "
+                                               "{prefill: 'os:system'}}")), "names the policy 'os:system'", True),
+    ("history_device", lambda r: _link(r / "eval_history.csv", "/dev/zero"), "a device", False),
+    ("history_big", lambda r: (r / "eval_history.csv").write_text(HISTORY * 200), "more than the", False),
+    ("history_latin1", lambda r: (r / "eval_history.csv").write_bytes(b"timesteps,imbalance_mean\n1,\xe9\n"),
+     "not UTF-8", False),
+    ("history_ragged", lambda r: (r / "eval_history.csv").write_text('timesteps,imbalance_mean\n"1,2\n'),
+     "not a valid CSV", False),
+    ("history_empty", lambda r: (r / "eval_history.csv").write_text(""), "is empty", False),
+    ("history_no_primary", lambda r: (r / "eval_history.csv").write_text("timesteps,x\n1,2\n"),
+     "no column 'imbalance_mean'", False),
+    ("history_text", lambda r: (r / "eval_history.csv").write_text("timesteps,imbalance_mean\n1,abc\n"),
+     "not numbers", False),
+    ("progress_fifo", lambda r: (r / "progress.csv").unlink() or os.mkfifo(r / "progress.csv"), "a device", False),
+    ("progress_no_steps", lambda r: (r / "progress.csv").write_text("rollout/ep_rew_mean\n1\n"),
+     "no column 'time/total_timesteps'", False),
+]
+
+
+def _link(path: Path, target) -> None:
+    path.unlink(missing_ok=True)
+    if str(target).endswith("elsewhere.yaml"):
+        Path(target).write_text(CONFIG)
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize("case", CURVES, ids=[c[0] for c in CURVES])
+def test_broken_run_file_in_curves_is_one_line_and_draws_nothing(case, tmp_path, monkeypatch, capsys):
+    from pdgym.agents.training import run_files
+
+    _, breaks, words, baselines = case
+    monkeypatch.setattr(run_files, "MAX_CONFIG_BYTES", 1024)  # small bounds: no huge file written
+    monkeypatch.setattr(run_files, "MAX_LOG_BYTES", 2048)
+    good, run = _train_run(tmp_path, "good"), _train_run(tmp_path, "bad")
+    breaks(run)
+    out = tmp_path / "c.png"
+    code, lines, err = _curves([str(run), str(good), "--out", str(out), *(["--baselines", "least_kv"] * baselines)],
+                               capsys)
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("pdgym-curves: error: runs: ") and words in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert not out.exists() and not (good / "curves.png").exists() and not (run / "curves.png").exists()
+
+
+# --------------------------------------------------------------------------- what pdgym-train reads back
+@pytest.mark.parametrize("name, data, words", [
+    ("eval_history.csv", None, "a device"),
+    ("eval_history.csv", b"timesteps,imbalance_mean\n1,\xff\n", "not UTF-8"),
+    ("eval_history.csv", b"timesteps\n1\n", "no column 'imbalance_mean'"),
+    ("eval_history.csv", b"", "is empty"),
+    ("best_metrics.json", None, "a device"),
+    ("best_metrics.json", b"[1, 2]", "has no timesteps (its top level is a list"),
+    ("best_metrics.json", b'{"timesteps": 5, "metrics": {}}', "has no metrics.imbalance_mean.mean"),
+    ("best_metrics.json", b'{"timesteps": "5", "metrics": {}}', "timesteps = '5', a str"),
+])
+def test_train_in_a_folder_with_a_broken_log_is_one_line(name, data, words, tmp_path, monkeypatch, capsys):
+    from pdgym.agents.run_folder import MARKER
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text("")
+    (run / name).symlink_to("/dev/zero") if data is None else (run / name).write_bytes(data)
+    before = sorted(os.listdir(run))
+    monkeypatch.chdir(tmp_path)
+    train = importlib.import_module("pdgym.agents.training.train").main
+    with pytest.raises(SystemExit) as exc:
+        train(["total_timesteps=64", "wandb.mode=disabled", f"hydra.run.dir={run}"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-train: error: resume: "), err
+    assert words in lines[0] and name in lines[0], lines[0]
+    assert sorted(os.listdir(run)) == before
+
+
+def test_resumed_wandb_id_and_best_metrics_are_checked(tmp_path, monkeypatch):
+    from pdgym.agents.training import run_files
+
+    assert run_files.wandb_id(tmp_path) is None and run_files.best(tmp_path, "ttft_mean") is None
+    (tmp_path / "wandb_id.txt").write_text("a1b2c3d4\n")
+    (tmp_path / "best_metrics.json").write_text('{"timesteps": 64, "metrics": {"ttft_mean": {"mean": 0.5}}}')
+    run_files.check_earlier(tmp_path, "ttft_mean", resuming=True)
+    assert run_files.wandb_id(tmp_path) == "a1b2c3d4"
+    monkeypatch.setattr(run_files, "MAX_WANDB_ID_BYTES", 16)
+    for data, words in [(b"../../x y", "not a wandb run id"), (b"\xff\xfe", "not UTF-8"), (b"a" * 17, "more than")]:
+        (tmp_path / "wandb_id.txt").write_bytes(data)
+        with pytest.raises(ConfigError, match=words):
+            run_files.check_earlier(tmp_path, "ttft_mean", resuming=True)
+        run_files.check_earlier(tmp_path, "ttft_mean", resuming=False)  # read only when the run resumes
+    (tmp_path / "wandb_id.txt").unlink()
+    (tmp_path / "wandb_id.txt").symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="a device"):
+        run_files.wandb_id(tmp_path)

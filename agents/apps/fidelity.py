@@ -24,7 +24,6 @@ the effect), not run (the reproduction failed; its error is in the report).
 from __future__ import annotations
 
 import importlib.resources
-import json
 import os
 import re
 import shutil
@@ -36,7 +35,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from pdgym.agents.apps import repro
 from pdgym.agents.common import OneLineParser, commit_id, fail, show_each_warning_once
-from pdgym.agents.experiments.harness import write_marked
+from pdgym.agents.experiments.harness import MAX_DOC_BYTES, write_marked
+from pdgym.envs.sim import safe_files
+from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
 
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(-?\d*)(?::(-?\d*))?\]")
@@ -149,17 +150,64 @@ def fmt(vals: list) -> str:
 
 
 RUN_RECORD = "fidelity_run.json"  # beside each reproduction's summary.json: wall time, commit, sizes
+MAX_SUMMARY_BYTES = 16 * safe_files.MiB  # summary.json: a reproduction's numbers, a few hundred kB at most
+MAX_RECORD_BYTES = safe_files.MiB  # fidelity_run.json: wall time, commit, overrides
+MAX_FIGURE_BYTES = 64 * safe_files.MiB  # a figure copied as evidence: a PNG of a few hundred kB
+KEY = "--rejudge"
+NUMBER = (int, float)
 
 
-def reuse(order: list[str], out_root: Path) -> dict[str, dict]:
-    """The completed reproductions already under `out_root` (summary.json + run record), for --rejudge: a report
-    assembled from runs made one at a time (or on several machines) without running them again."""
+def _numbers(x) -> bool:
+    return all(v is None or (isinstance(v, NUMBER) and not isinstance(v, bool)) for v in as_list(x))
+
+
+def checked_run(d: Path, effects: list[dict]) -> dict:
+    """A completed reproduction read back (--rejudge): its run record and summary.json bounded (a regular file
+    inside `d`), of the types the report reads, the values its effects judge numbers, its figures PNG files
+    inside `d`; anything else is one ConfigError line naming the file and the key."""
+    rec_path, sum_path = d / RUN_RECORD, d / "summary.json"
+    rec = safe_files.read_json(rec_path, MAX_RECORD_BYTES, KEY, within=d)
+    safe_files.get_key(rec, "wall_s", NUMBER, KEY, rec_path)
+    safe_files.get_key(rec, "error", (str, type(None)), KEY, rec_path)
+    for k, kind in (("commit", str), ("tiny", bool)):
+        if k in rec:
+            safe_files.get_key(rec, k, kind, KEY, rec_path)
+    summary = safe_files.read_json(sum_path, MAX_SUMMARY_BYTES, KEY, within=d)
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{KEY}: {sum_path} holds a JSON {type(summary).__name__}, not a reproduction's summary")
+    for k, kind, default in (("regime", dict, {}), ("regime.out_of_regime", list, []), ("regime.in_regime", bool, True),
+                             ("regime_causes", dict, {}), ("figures", list, [])):
+        safe_files.get_key(summary, k, kind, KEY, sum_path, default)
+    if not all(isinstance(f, str) for f in summary.get("regime", {}).get("out_of_regime", [])):
+        raise ConfigError(f"{KEY}: {sum_path} has regime.out_of_regime entries that are not strings")
+    for f in summary.get("figures", []):
+        if not isinstance(f, str) or Path(f).is_absolute() or ".." in Path(f).parts or not f.endswith(".png"):
+            raise ConfigError(f"{KEY}: {sum_path} names the figure {str(f)[:60]!r}; allowed: a .png file inside "
+                              "the run folder")
+        safe_files.check_regular_file(d / f, MAX_FIGURE_BYTES, KEY, within=d)
+    for e in effects:
+        for path in [e["value"], e.get("per"), *[b for b in e["band"] if isinstance(b, str)]]:
+            try:
+                found = lookup(summary, path) if path else None
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue  # not in the run: the effect is "not measured"
+            if not _numbers(found):
+                raise ConfigError(f"{KEY}: {sum_path} has {path} = {str(found)[:60]}; expected numbers")
+    return {**rec, "summary": summary}
+
+
+def reuse(order: list[str], out_root: Path, effects: list[dict]) -> dict[str, dict]:
+    """The completed reproductions already under `out_root` (summary.json + run record, read back checked:
+    `checked_run`), for --rejudge: a report assembled from runs made one at a time (or on several machines)
+    without running them again. A broken one stops the report (one line, exit 2) before anything is written."""
     found = {}
-    for name in order:
-        d = out_root / name
-        if (d / "summary.json").is_file() and (d / RUN_RECORD).is_file():
-            found[name] = {**json.loads((d / RUN_RECORD).read_text()),
-                           "summary": json.loads((d / "summary.json").read_text())}
+    try:
+        for name in order:
+            d = out_root / name
+            if os.path.lexists(d / "summary.json") and os.path.lexists(d / RUN_RECORD):
+                found[name] = checked_run(d, [e for e in effects if e["repro"] == name])
+    except ConfigError as exc:
+        fail("pdgym-fidelity", str(exc))
     if not found:
         fail("pdgym-fidelity", f"--rejudge: no completed reproduction under {out_root} (summary.json + {RUN_RECORD})")
     return found
@@ -189,12 +237,17 @@ def run(names: list[str] | None, tiny: bool, out_root: Path, doc: Path, extra: l
     cfg = spec()
     effects = cfg["effects"]
     order = list(dict.fromkeys(e["repro"] for e in effects))
+    if os.path.lexists(doc):  # the report keeps its prose: a document it cannot read stops it before any run
+        try:
+            safe_files.read_text(doc, MAX_DOC_BYTES, "--doc")
+        except ConfigError as exc:
+            fail("pdgym-fidelity", str(exc))
     if names:
         bad = sorted(set(names) - set(order))
         if bad:
             fail("pdgym-fidelity", f"--only: unknown reproduction(s) {', '.join(bad)}; allowed: {', '.join(order)}")
         order = [n for n in order if n in names]
-    results = reuse(order, out_root) if rejudge else run_each(order, tiny, cfg["tiny"], extra, out_root)
+    results = reuse(order, out_root, effects) if rejudge else run_each(order, tiny, cfg["tiny"], extra, out_root)
     rows = []
     for e in effects:
         if e["repro"] not in results:
@@ -239,9 +292,9 @@ def publish(results: dict, out_root: Path, dest: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for f in ["summary.json", RUN_RECORD, *r["summary"].get("figures", [])]:
-            if (src / f).is_file():
+            if (src / f).is_file():  # bounded, a regular file inside the run (checked_run named the figures)
                 (tmp / f).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src / f, tmp / f)
+                (tmp / f).write_bytes(safe_files.read_bytes(src / f, MAX_FIGURE_BYTES, KEY, within=src))
         shutil.rmtree(dst, ignore_errors=True)
         tmp.rename(dst)
     return dest

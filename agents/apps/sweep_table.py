@@ -11,33 +11,60 @@ non-negative metric) and the number of seeds. Writes DIR/sweep_table.csv and pri
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from pdgym.agents.common import fail
+from pdgym.envs.sim import safe_files
+from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
 
 DEFAULT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "throughput_tok_s", "imbalance_mean")
+
+
+MAX_OVERRIDES_BYTES = safe_files.MiB  # a job's .hydra/overrides.yaml: a list of key=value strings
+MAX_METRICS_BYTES = 16 * safe_files.MiB  # a job's metrics.json: pdgym-sim's summary, a few kB
+
+
+def read_job(job: Path) -> tuple[list[str], dict]:
+    """A job's overrides and metrics, read bounded inside the job folder: the overrides a YAML list of strings,
+    the metrics a JSON object (its numbers are checked where a metric is chosen); anything else one line."""
+    path = job / ".hydra" / "overrides.yaml"
+    overrides = safe_files.read_yaml(path, MAX_OVERRIDES_BYTES, "DIR", within=job)
+    overrides = [] if overrides is None else overrides
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"DIR: {path} holds {str(overrides)[:60]}, not the list of key=value strings Hydra writes")
+    path = job / "metrics.json"
+    metrics = safe_files.read_json(path, MAX_METRICS_BYTES, "DIR", within=job)
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"DIR: {path} holds a JSON {type(metrics).__name__}, not the object pdgym-sim writes")
+    return overrides, metrics
 
 
 def collect(sweep_dir: Path) -> tuple[pd.DataFrame, int]:
     """(one row per complete job: its group, seed and metrics; jobs skipped as incomplete)."""
     rows, skipped = [], 0
     for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        overrides_file = job / ".hydra" / "overrides.yaml"
-        if not overrides_file.exists():
+        if not os.path.lexists(job / ".hydra" / "overrides.yaml"):
             continue
-        if not (job / "metrics.json").exists():
+        if not os.path.lexists(job / "metrics.json"):
             skipped += 1
             continue
-        overrides = yaml.safe_load(overrides_file.read_text()) or []
+        overrides, metrics = read_job(job)
         seed = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "seed"), "0")
         group = " ".join(o for o in overrides if o.split("=", 1)[0] not in ("seed", "hydra.run.dir")) or "(defaults)"
-        rows.append({"group": group, "seed": seed, **json.loads((job / "metrics.json").read_text())})
+        rows.append({"group": group, "seed": seed, **metrics})
     return pd.DataFrame(rows), skipped
+
+
+def numeric(runs: pd.DataFrame, metrics: list[str], sweep_dir: Path) -> None:
+    """Every chosen metric a number in every job (a string or a list in a metrics.json is one line)."""
+    for m in metrics:
+        bad = [v for v in runs[m] if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise ConfigError(f"metric: {m} in {sweep_dir}/*/metrics.json holds {str(bad[0])[:40]!r}, not a number")
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -62,13 +89,20 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     sweep_dir = Path(argv[0])
     if not sweep_dir.is_dir():
         fail(app, f"DIR: {str(sweep_dir)!r} is not a folder (give a multirun's hydra.sweep.dir)")
-    runs, skipped = collect(sweep_dir)
+    try:
+        runs, skipped = collect(sweep_dir)
+    except ConfigError as exc:
+        fail(app, str(exc))
     if runs.empty:
         fail(app, f"DIR: no complete job in {str(sweep_dir)!r} (no */metrics.json beside */.hydra/overrides.yaml)")
     metrics = argv[1:] or [m for m in DEFAULT_METRICS if m in runs]
     unknown = [m for m in metrics if m not in runs]
     if unknown:
         fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed'))}")
+    try:
+        numeric(runs, metrics, sweep_dir)
+    except ConfigError as exc:
+        fail(app, str(exc))
     out = table(runs, metrics)
     with atomic_path(sweep_dir / "sweep_table.csv") as tmp:
         out.to_csv(tmp, index=False)

@@ -14,6 +14,7 @@ listed in the summary's `regime.out_of_regime` and printed, never dropped silent
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, wraps
@@ -24,7 +25,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from pdgym.agents.common import sim_config_from, to_container
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import ConfigError
+from pdgym.envs.sim import ConfigError, safe_files
 from pdgym.envs.sim.config import SimConfig
 
 
@@ -35,12 +36,15 @@ def write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+MAX_DOC_BYTES = 16 * safe_files.MiB  # a document a generated block is written into (docs/fidelity.md: a few kB)
+
+
 def write_marked(path: Path, tag: str, block: str, head: str = "") -> None:
     """Replace the text between `<!-- TAG:begin -->` and `<!-- TAG:end -->` in `path` with `block`, keeping the
     hand-written text around it (a new file: `head`, then the block); atomic. Generated tables live in docs
     beside the prose that reads them."""
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    text = path.read_text() if path.exists() else head
+    text = safe_files.read_text(path, MAX_DOC_BYTES, str(path)) if os.path.lexists(path) else head
     marked = f"{begin}\n{block.rstrip()}\n{end}"
     if begin in text and end in text:
         before, rest = text.split(begin, 1)

@@ -132,12 +132,18 @@ def read_csv(path: str | os.PathLike, max_bytes: int, what: str, within: str | o
         raise ConfigError(f"{what}: {path} is not a valid CSV table ({' '.join(str(exc).split())[:160]})") from None
 
 
-def get_key(doc, key: str, kind: type | tuple[type, ...], what: str, path: str | os.PathLike):
+_REQUIRED = object()
+
+
+def get_key(doc, key: str, kind: type | tuple[type, ...], what: str, path: str | os.PathLike, default=_REQUIRED):
     """`doc[a][b]...` for the dotted `key` of a stored document (JSON, YAML) when it is of `kind` (bool is not an
-    int here); else one ConfigError line naming the file and the key ("runs: RUN/config.yaml has no eval.split")."""
+    int here); `default` when given and a mapping on the way lacks the key; else one ConfigError line naming the
+    file and the key ("runs: RUN/config.yaml has no eval.split")."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     node = doc
     for i, part in enumerate(key.split(".")):
+        if isinstance(node, dict) and part not in node and default is not _REQUIRED:
+            return default
         if not isinstance(node, dict) or part not in node:
             where = ".".join(key.split(".")[:i]) or "its top level"
             got = "" if isinstance(node, dict) else f" ({where} is a {type(node).__name__}, not a mapping)"
@@ -145,7 +151,7 @@ def get_key(doc, key: str, kind: type | tuple[type, ...], what: str, path: str |
         node = node[part]
     if not isinstance(node, kinds) or (isinstance(node, bool) and bool not in kinds):
         names = " or ".join(k.__name__ for k in kinds)
-        raise ConfigError(f"{what}: {path} has {key} = {str(node)[:60]!r}, a {type(node).__name__}; expected a {names}")
+        raise ConfigError(f"{what}: {path} has {key} = {str(node)[:60]!r}, a {type(node).__name__}; expected {names}")
     return node
 
 
