@@ -429,3 +429,131 @@ def test_resumed_wandb_id_and_best_metrics_are_checked(tmp_path, monkeypatch):
     (tmp_path / "wandb_id.txt").symlink_to("/dev/zero")
     with pytest.raises(ConfigError, match="a device"):
         run_files.wandb_id(tmp_path)
+
+
+# --------------------------------------------------------------------------- a multirun folder in sweep_table
+def _sweep(root: Path) -> Path:
+    for seed in (0, 1):
+        job = root / f"job{seed}"
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(f"- policy/decode=least_kv\n- seed={seed}\n")
+        (job / "metrics.json").write_text(json.dumps({"ttft_mean": 0.1 + seed, "imbalance_mean": 2.0}))
+    return root
+
+
+SWEEP = [
+    ("overrides_device", lambda j: _link(j / ".hydra" / "overrides.yaml", "/dev/zero"), "a device"),
+    ("overrides_big", lambda j: (j / ".hydra" / "overrides.yaml").write_text("- a=1\n" * 400), "more than the"),
+    ("overrides_latin1", lambda j: (j / ".hydra" / "overrides.yaml").write_bytes(b"- a=\xe9\n"), "not UTF-8"),
+    ("overrides_mapping", lambda j: (j / ".hydra" / "overrides.yaml").write_text("seed: 1\n"), "not the list"),
+    ("overrides_tag", lambda j: (j / ".hydra" / "overrides.yaml").write_text("!!python/name:os.system\n"),
+     "not valid YAML"),
+    ("metrics_device", lambda j: _link(j / "metrics.json", "/dev/zero"), "a device"),
+    ("metrics_big", lambda j: (j / "metrics.json").write_text(json.dumps({"ttft_mean": 1, "x": "y" * 2000})),
+     "more than the"),
+    ("metrics_latin1", lambda j: (j / "metrics.json").write_bytes(b'{"ttft_mean": "\xe9"}'), "not UTF-8"),
+    ("metrics_list", lambda j: (j / "metrics.json").write_text("[1, 2]"), "holds a JSON list"),
+    ("metrics_text", lambda j: (j / "metrics.json").write_text('{"ttft_mean": "fast"}'), "holds 'fast', not a number"),
+    ("metrics_missing", lambda j: (j / "metrics.json").write_text("{}"), "job1/metrics.json has none for ttft_mean"),
+]
+
+
+def test_sweep_table_of_a_multirun_folder(tmp_path, capsys):
+    from pdgym.agents.apps import sweep_table
+
+    t = sweep_table.main([str(_sweep(tmp_path)), "ttft_mean"])
+    assert list(t.seeds) == [2] and t.ttft_mean[0] == pytest.approx(0.6)
+    assert (tmp_path / "sweep_table.csv").is_file()
+
+
+@pytest.mark.parametrize("case", SWEEP, ids=[c[0] for c in SWEEP])
+def test_broken_sweep_job_is_one_line_and_writes_no_table(case, tmp_path, monkeypatch, capsys):
+    from pdgym.agents.apps import sweep_table
+
+    _, breaks, words = case
+    monkeypatch.setattr(sweep_table, "MAX_OVERRIDES_BYTES", 1024)
+    monkeypatch.setattr(sweep_table, "MAX_METRICS_BYTES", 1024)
+    breaks(_sweep(tmp_path) / "job1")
+    with pytest.raises(SystemExit) as exc:
+        sweep_table.main([str(tmp_path), "ttft_mean"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-sweep-table: error: "), err
+    assert words in lines[0] and "Traceback" not in err, lines[0]
+    assert not (tmp_path / "sweep_table.csv").exists()
+
+
+# --------------------------------------------------------------------------- fidelity --rejudge reads runs back
+RECORD = {"wall_s": 1.5, "error": None, "commit": "abc", "tiny": True, "overrides": []}
+
+
+def _repro(root: Path, summary: dict | None = None, record: dict | None = None) -> Path:
+    d = root / "md1_check"
+    d.mkdir(parents=True)
+    (d / "fig.png").write_bytes(b"\x89PNG fake")
+    (d / "summary.json").write_text(json.dumps(summary or {"rel_err": 0.01, "z": 0.5, "figures": ["fig.png"],
+                                                           "regime": {"in_regime": True, "out_of_regime": []}}))
+    from pdgym.agents.apps import fidelity
+
+    (d / fidelity.RUN_RECORD).write_text(json.dumps(record or RECORD))
+    return d
+
+
+def test_rejudge_reads_a_run_back(tmp_path, capsys):
+    from pdgym.agents.apps import fidelity
+
+    _repro(tmp_path / "runs")
+    out = fidelity.run(["md1_check"], False, tmp_path / "runs", tmp_path / "doc" / "f.md", [], rejudge=True)
+    assert [e["verdict"] for e in out["effects"]] == ["pass", "pass"]
+    assert (tmp_path / "doc" / "f" / "md1_check" / "fig.png").read_bytes() == b"\x89PNG fake"
+
+
+def _summary(**change) -> dict:
+    return {**{"rel_err": 0.01, "z": 0.5, "figures": ["fig.png"]}, **change}
+
+
+REJUDGE = [
+    ("summary_device", lambda d: _link(d / "summary.json", "/dev/zero"), "a device"),
+    ("summary_big", lambda d: (d / "summary.json").write_text(json.dumps(_summary(pad="x" * 3000))), "more than the"),
+    ("summary_latin1", lambda d: (d / "summary.json").write_bytes(b'{"z": "\xe9"}'), "not UTF-8"),
+    ("summary_list", lambda d: (d / "summary.json").write_text("[]"), "holds a JSON list"),
+    ("summary_value_text", lambda d: (d / "summary.json").write_text(json.dumps(_summary(z="big"))),
+     "has z = big; expected numbers"),
+    ("summary_regime_list", lambda d: (d / "summary.json").write_text(json.dumps(_summary(regime=[1]))),
+     "has regime = '[1]', a list; expected dict"),
+    ("figure_outside", lambda d: (d / "summary.json").write_text(json.dumps(_summary(figures=["../x.png"]))),
+     "names the figure '../x.png'"),
+    ("figure_absolute", lambda d: (d / "summary.json").write_text(json.dumps(_summary(figures=["/etc/passwd"]))),
+     "names the figure '/etc/passwd'"),
+    ("figure_device", lambda d: _link(d / "fig.png", "/dev/zero"), "a device"),
+    ("record_device", lambda d: _link(d / "fidelity_run.json", "/dev/zero"), "a device"),
+    ("record_no_wall", lambda d: (d / "fidelity_run.json").write_text(json.dumps({"error": None})), "has no wall_s"),
+    ("record_error_list", lambda d: (d / "fidelity_run.json").write_text(json.dumps(dict(RECORD, error=[1]))),
+     "has error = '[1]', a list"),
+]
+
+
+@pytest.mark.parametrize("case", REJUDGE, ids=[c[0] for c in REJUDGE])
+def test_broken_run_in_rejudge_is_one_line_and_writes_no_report(case, tmp_path, monkeypatch, capsys):
+    from pdgym.agents.apps import fidelity
+
+    _, breaks, words = case
+    monkeypatch.setattr(fidelity, "MAX_SUMMARY_BYTES", 2048)
+    breaks(_repro(tmp_path / "runs"))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exc:
+        fidelity.run(["md1_check"], False, tmp_path / "runs", tmp_path / "doc" / "f.md", [], rejudge=True)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-fidelity: error: --rejudge: "), err
+    assert words in lines[0] and "Traceback" not in err, lines[0]
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_fidelity_doc_that_is_a_device_stops_before_any_run(tmp_path, capsys):
+    from pdgym.agents.apps import fidelity
+
+    (tmp_path / "f.md").symlink_to("/dev/zero")
+    with pytest.raises(SystemExit) as exc:
+        fidelity.run(["md1_check"], True, tmp_path / "runs", tmp_path / "f.md", [])
+    assert exc.value.code == 2 and "--doc: " in capsys.readouterr().err and not (tmp_path / "runs").exists()

@@ -257,3 +257,49 @@ def test_multirun_sweep_folder_is_marked_and_pinned(tmp_path, monkeypatch, capsy
     assert (sweep / MARKER).is_file()
     assert sorted(p.name.split("_")[0] for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
     assert all((p / "metrics.json").is_file() for p in sweep.iterdir() if p.is_dir())
+
+
+# --------------------------------------------------------------------------- the marker is read bounded
+@pytest.mark.parametrize("target", ["/dev/zero", "user"])
+def test_marker_that_is_a_link_is_refused_and_its_target_untouched(target, tmp_path, monkeypatch):
+    """The claim truncates and writes its marker: never through a link (a user's file would be emptied), never
+    a device (/dev/zero: a traceback, or a hang where it is read)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "user.txt").write_text("the user's own file\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).symlink_to(tmp_path / "user.txt" if target == "user" else target)
+    with pytest.raises(ConfigError, match="is a symbolic link") as e:
+        run_folder.claim(run, "hydra.run.dir")
+    assert str(e.value).startswith("hydra.run.dir: ") and "\n" not in str(e.value)
+    assert (tmp_path / "user.txt").read_text() == "the user's own file\n" and not run_folder._HELD
+
+
+def test_marker_that_is_a_pipe_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / MARKER)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        run_folder.claim(run, "hydra.run.dir")
+
+
+def test_holder_is_read_from_at_most_a_bounded_marker(tmp_path, monkeypatch):
+    """Who holds a folder comes from its marker: a huge one, a device or junk is not read, only named vaguely."""
+    import fcntl
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text('{"app": "pdgym-sim", "pid": 42}' + " " * (run_folder.MAX_MARKER_BYTES + 1))
+    with open(run / MARKER) as held:  # another process's lock on the marker
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match=r"in use by another pdgym run \(another pdgym process\)"):
+            run_folder.claim(run, "hydra.run.dir")
+    link = tmp_path / "zero"
+    link.symlink_to("/dev/zero")
+    for data in (b'{"app": "pdgym-sim", "pid": 42}', b"[1]", b'{"pid": "x"}', b"\xff"):
+        (run / MARKER).write_bytes(data)
+        assert run_folder._holder(run / MARKER) == ("pdgym-sim, pid 42" if data.startswith(b'{"app"')
+                                                    else "another pdgym process")
+    assert run_folder._holder(link) == "another pdgym process"

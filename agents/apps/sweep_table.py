@@ -43,9 +43,10 @@ def read_job(job: Path) -> tuple[list[str], dict]:
     return overrides, metrics
 
 
-def collect(sweep_dir: Path) -> tuple[pd.DataFrame, int]:
-    """(one row per complete job: its group, seed and metrics; jobs skipped as incomplete)."""
-    rows, skipped = [], 0
+def read_jobs(sweep_dir: Path) -> tuple[list[tuple[Path, dict]], int]:
+    """([(the job's metrics.json, its row: group, seed and metrics)] of every complete job, jobs skipped as
+    incomplete)."""
+    jobs, skipped = [], 0
     for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if not os.path.lexists(job / ".hydra" / "overrides.yaml"):
             continue
@@ -55,16 +56,25 @@ def collect(sweep_dir: Path) -> tuple[pd.DataFrame, int]:
         overrides, metrics = read_job(job)
         seed = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "seed"), "0")
         group = " ".join(o for o in overrides if o.split("=", 1)[0] not in ("seed", "hydra.run.dir")) or "(defaults)"
-        rows.append({"group": group, "seed": seed, **metrics})
-    return pd.DataFrame(rows), skipped
+        jobs.append((job / "metrics.json", {"group": group, "seed": seed, **metrics}))
+    return jobs, skipped
 
 
-def numeric(runs: pd.DataFrame, metrics: list[str], sweep_dir: Path) -> None:
-    """Every chosen metric a number in every job (a string or a list in a metrics.json is one line)."""
-    for m in metrics:
-        bad = [v for v in runs[m] if isinstance(v, bool) or not isinstance(v, (int, float))]
-        if bad:
-            raise ConfigError(f"metric: {m} in {sweep_dir}/*/metrics.json holds {str(bad[0])[:40]!r}, not a number")
+def collect(sweep_dir: Path) -> tuple[pd.DataFrame, int]:
+    """(one row per complete job: its group, seed and metrics; jobs skipped as incomplete)."""
+    jobs, skipped = read_jobs(sweep_dir)
+    return pd.DataFrame([row for _, row in jobs]), skipped
+
+
+def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
+    """Every chosen metric in every job, a number (null: not measured); a job without it, or with a string or a
+    list there, is one line naming its file: a mean over the jobs that have it would pass for one over all."""
+    for path, row in jobs:
+        for m in metrics:
+            v = row.get(m)
+            if m not in row or isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
+                got = "has none" if m not in row else f"holds {str(v)[:40]!r}, not a number"
+                raise ConfigError(f"metric: {path} {got} for {m}")
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -90,9 +100,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if not sweep_dir.is_dir():
         fail(app, f"DIR: {str(sweep_dir)!r} is not a folder (give a multirun's hydra.sweep.dir)")
     try:
-        runs, skipped = collect(sweep_dir)
+        jobs, skipped = read_jobs(sweep_dir)
     except ConfigError as exc:
         fail(app, str(exc))
+    runs = pd.DataFrame([row for _, row in jobs])
     if runs.empty:
         fail(app, f"DIR: no complete job in {str(sweep_dir)!r} (no */metrics.json beside */.hydra/overrides.yaml)")
     metrics = argv[1:] or [m for m in DEFAULT_METRICS if m in runs]
@@ -100,7 +111,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if unknown:
         fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed'))}")
     try:
-        numeric(runs, metrics, sweep_dir)
+        check_metrics(jobs, metrics)
     except ConfigError as exc:
         fail(app, str(exc))
     out = table(runs, metrics)
