@@ -557,3 +557,19 @@ def test_fidelity_doc_that_is_a_device_stops_before_any_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         fidelity.run(["md1_check"], True, tmp_path / "runs", tmp_path / "f.md", [])
     assert exc.value.code == 2 and "--doc: " in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+def test_train_replaces_a_linked_config_and_keeps_the_users_file(tmp_path):
+    """An earlier run's folder whose config.yaml is a link to a user's file: the run replaces the link, it never
+    writes through it."""
+    from pdgym.agents.training.train import train_from_overrides
+    from test_agents import SMALL_PPO, TINY
+
+    user = tmp_path / "user.yaml"
+    user.write_text("the user's own file\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").symlink_to(user)
+    train_from_overrides([*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=64", "resume=never"], run)
+    assert user.read_text() == "the user's own file\n"
+    assert not (run / "config.yaml").is_symlink() and "total_timesteps: 64" in (run / "config.yaml").read_text()

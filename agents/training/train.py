@@ -28,7 +28,7 @@ from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.metrics import write_json
+from pdgym.envs.sim.metrics import atomic_path, write_json
 
 from . import callbacks as C
 from . import curves, run_files
@@ -149,7 +149,8 @@ def train(data: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     from omegaconf import OmegaConf
 
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(data))
+    with atomic_path(out / run_files.CONFIG) as tmp:  # replaced, never written through a link an earlier run left
+        tmp.write_text(OmegaConf.to_yaml(data))
     meta = {"name": app.name, "algo": agent.algo, "env_id": env.id, "point": env.point, "scenario": env.scenario,
             "overrides": env.overrides, "env_kwargs": env_kwargs(env, env.overrides),
             "policies": env.policies, "primary": env.primary,
@@ -162,7 +163,8 @@ def train(data: dict, out: Path) -> dict:
     wrun = wandb_utils.init(data.get("wandb") or {}, out, data, app.name,
                             run_files.wandb_id(out) if resumed else None)
     if wrun is not None:
-        run_id_file.write_text(wrun.id)
+        with atomic_path(run_id_file) as tmp:
+            tmp.write_text(wrun.id)
     model.set_logger(_logger(out, wrun))
 
     bc_stats = None
