@@ -7,7 +7,8 @@ A policy from outside the tree is named `module:Class` wherever a registered nam
 (`policy/decode`, `policy.decode.name`, pdgym-eval's `policy=`, a board's `baselines`,
 `make_policies`): the module is imported (the working directory first on the path, as `python -m`
 does) and the class must subclass the decision point's protocol. Code is imported only because a
-command line or a Python call named it; nothing read from a run directory goes through here.
+command line or a Python call named it: whatever builds policies that a stored file names (a trained
+run's agent.json, the zoo index) does so inside `named_by_stored_file`, where `module:Class` is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +85,27 @@ def is_external(name: Any) -> bool:
     return isinstance(name, str) and name.count(":") == 1 and all(name.split(":"))
 
 
+_STORED_SOURCES: list[str] = []  # the stored files whose policies are being built now (innermost last)
+
+
+@contextmanager
+def named_by_stored_file(source: str) -> Iterator[None]:
+    """Build the policies a stored file names (`source`, e.g. "runs/x/agent.json"): a `module:Class` among
+    them is one ConfigError line, never an import (the file could name any module on the path)."""
+    _STORED_SOURCES.append(source)
+    try:
+        yield
+    finally:
+        _STORED_SOURCES.pop()
+
+
 def external_class(name: str, key: str = "policy") -> type:
     """Import `module:Class` (cwd first on sys.path); a bad module or class is one ConfigError line under `key`."""
     import sys
 
+    if _STORED_SOURCES:
+        raise ConfigError(f"{key}: {name!r} is named by {_STORED_SOURCES[-1]}; a module:Class policy is imported "
+                          "only when the command line or a Python call names it, never because a stored file does")
     mod_name, cls_name = name.split(":")
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

@@ -82,3 +82,51 @@ def test_the_worked_router_from_the_command_line_outside_the_tree(outside):
                  "hydra.run.dir=bad", cwd=outside)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert "Traceback" not in p.stderr and not (outside / "bad").exists()
+
+
+EVIL = '''import pathlib
+pathlib.Path("IMPORTED").write_text("a stored file made pdgym import me")
+from pdgym.envs.sim.policy import BatchingPolicy, PrefillScheduler
+
+
+class EvilPrefill(PrefillScheduler):
+    pass
+
+
+class EvilBatching(BatchingPolicy):
+    pass
+'''
+
+
+def test_a_module_class_named_by_a_stored_file_is_refused_not_imported(tmp_path, monkeypatch):
+    """A run folder's agent.json (or a zoo entry) whose settings name `module:Class` policies: pdgym-enjoy and the
+    Python loader refuse them in one line and never import the module; the same name given from Python imports it
+    (the trap is live)."""
+    import shutil
+
+    from pdgym.agents.evaluation.candidates import LoadedAgent
+
+    (tmp_path / "evilmod.py").write_text(EVIL)
+    marker = tmp_path / "IMPORTED"
+    run = tmp_path / "run"
+    run.mkdir()
+    index = json.loads((ROOT / "agents" / "zoo" / "index.json").read_text())["entries"]["decode_ht_n16"]
+    shutil.copy(ROOT / "agents" / "zoo" / "decode_ht_n16.zip", run / "final_model.zip")
+    meta = dict(index["agent"], env_kwargs=dict(index["agent"]["env_kwargs"], prefill="evilmod:EvilPrefill"))
+    (run / "agent.json").write_text(json.dumps(meta))
+    p = _cli("pdgym-enjoy", f"policy={run}", "scenario=decode_tier_ht_n16", "workload.num_requests=12", "every=6",
+             "max_frames=2", f"hydra.run.dir={tmp_path / 'enjoy'}", cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    assert "'evilmod:EvilPrefill' is named by" in p.stderr and "agent.json" in p.stderr
+    assert not marker.exists() and not (tmp_path / "enjoy" / "summary.json").exists()
+
+    monkeypatch.chdir(tmp_path)
+    stored = {"point": "batching", "env_id": "pdgym/PhaseBatching-v0", "env_kwargs": {"fallback": "evilmod:EvilBatching"}}
+    with pytest.raises(ConfigError, match="is named by runs/x/agent.json"):
+        LoadedAgent(Path("x.zip"), stored, lambda obs, mask: 0, "runs/x/agent.json").policy()
+    assert not marker.exists() and "evilmod" not in sys.modules
+    try:
+        assert type(make_policy("prefill", "evilmod:EvilPrefill")).__name__ == "EvilPrefill"  # named from Python
+        assert marker.exists()
+    finally:
+        sys.modules.pop("evilmod", None)

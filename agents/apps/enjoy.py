@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,7 @@ def validate(cfg) -> None:
 def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: int):
     """(the env of the candidate's point on the composed scenario, with run `index`'s split segment, seed)."""
     from pdgym.agents.common import SIM_KEYS
+    from pdgym.baselines.registry import named_by_stored_file
 
     raw, seed = E.apply_split(data, split, index)
     if cand.kind == "agent" and not math.isfinite(float(raw.get("max_sim_time_s", math.inf))):
@@ -94,8 +96,11 @@ def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: 
         takes = _env_class(cand).env_keys()  # the other points' baselines it runs (a colocated env has no decode)
         kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point and k in takes}
     config = {k: raw[k] for k in SIM_KEYS if k in raw}
-    env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
-                                     render_mode="rgb_array", **kwargs)
+    with ExitStack() as stack:
+        if cand.agent is not None and cand.agent.source is not None:  # policies its stored settings name
+            stack.enter_context(named_by_stored_file(cand.agent.source))
+        env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
+                                         render_mode="rgb_array", **kwargs)
     return env, seed
 
 

@@ -73,6 +73,8 @@ class LoadedAgent:
     path: Path
     meta: dict
     predict: Any
+    source: str | None = None  # the stored file `meta` was read from (its policies are never imported code);
+    # None: built in this process from the command line (pdgym-train's own held-out evaluation)
 
     @property
     def point(self) -> str:
@@ -80,11 +82,15 @@ class LoadedAgent:
 
     def policy(self):
         """The env's AgentPolicy around the network, its decisions bounded per request (DecisionBudget)."""
+        from pdgym.baselines.registry import named_by_stored_file
         from pdgym.envs.base import DECISIONS_PER_REQUEST, DecisionBudget
 
         mod = env_module(self.meta["env_id"])
         budget = DecisionBudget(self.predict, DECISIONS_PER_REQUEST.get(self.point))
-        return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
+        if self.source is None:
+            return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
+        with named_by_stored_file(self.source):
+            return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
 
 
 def load_agent(path: str | Path) -> LoadedAgent:
@@ -105,7 +111,8 @@ def load_agent(path: str | Path) -> LoadedAgent:
     if root is None:
         raise ConfigError(f"policy: {p} has no {AGENT_META} beside it (not written by pdgym-train?)")
     meta = read_agent_meta(root)
-    return LoadedAgent(zip_path, meta, load_predictor(zip_path, trained_on=meta["env_kwargs"].get("scenario")))
+    return LoadedAgent(zip_path, meta, load_predictor(zip_path, trained_on=meta["env_kwargs"].get("scenario")),
+                       str(root / AGENT_META))
 
 
 def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
@@ -117,7 +124,13 @@ def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
     ent = zoo.entry(name, root)
     path = zoo.archive(name, root)
     meta = zoo.agent_meta(name, ent)
-    return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")))
+    return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")),
+                       zoo_source(name))
+
+
+def zoo_source(name: str) -> str:
+    """How a zoo entry's stored settings are named in a refusal."""
+    return f"the zoo index's entry {name!r}"
 
 
 @dataclass

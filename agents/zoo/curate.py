@@ -160,7 +160,8 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
-        agent = candidates.LoadedAgent(tmp, zoo.agent_meta(name, ent), model_store.load_predictor(tmp, sha))
+        agent = candidates.LoadedAgent(tmp, zoo.agent_meta(name, ent), model_store.load_predictor(tmp, sha),
+                                       candidates.zoo_source(name))
         ent["rescore"]["per_seed"] = score(ent, candidates.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
         if reference:
             ref = candidates.resolve(reference, agent.point)
