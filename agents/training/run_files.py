@@ -107,11 +107,11 @@ def check_earlier(run: Path, primary: str, resuming: bool) -> None:
     """Before a run writes into an existing folder: nothing it writes in place is a symbolic link (writing would
     go through it, to whatever it names), and what it will read back there is readable (the history and best
     metrics always, the wandb id when it resumes), so a broken file stops it with nothing written."""
-    for name in WRITTEN_IN_PLACE:
-        if (run / name).is_symlink():
-            raise ConfigError(f"hydra.run.dir: {run / name} is a symbolic link; pdgym-train writes it in place and "
-                              "never through a link (remove the link, or train into a new folder)")
     history(run, primary, "resume")
     best(run, primary, "resume")
     if resuming:
         wandb_id(run, "resume")
+    for name in WRITTEN_IN_PLACE:
+        if (run / name).is_symlink():
+            raise ConfigError(f"hydra.run.dir: {run / name} is a symbolic link; pdgym-train writes it in place and "
+                              "never through a link (remove the link, or train into a new folder)")
