@@ -478,8 +478,8 @@ class PhaseBatchingEnv(PdgymEnv):
         req = sim.req
         slo = sim.cfg.slo
         viol = 0
-        if new:
-            idx = np.asarray(new)
+        if len(new):  # new: an id array (sim.completed's slice)
+            idx = new
             ttft = req.first_token[idx] - req.arrival[idx]
             out = req.output[idx]
             tpot = np.where(out > 1, (req.finish[idx] - req.first_token[idx]) / np.maximum(out - 1, 1), 0.0)

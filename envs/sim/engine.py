@@ -96,7 +96,7 @@ class Simulator:
         self.finished_run = False
         self.stalled = False
         self.n_resolved = 0
-        self.completed: list[int] = []  # finished request ids in completion order (their output is known)
+        self.completed = R.IdLog(self.req.n)  # finished request ids in completion order (their output is known)
         self.tokens_out = 0  # output tokens produced (conservation check)
         self.dropped_signals = 0
         self.n_events = 0

@@ -12,7 +12,7 @@ the real view, the five action methods its own way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -78,7 +78,7 @@ class SimView(Protocol):
     req: RequestView
     buffer: Mapping[int, None]  # requests held by the prefill scheduler, arrival order
     pool: Mapping[int, None]  # prefill-done requests awaiting decode admission
-    completed: list[int]  # finished request ids in completion order
+    completed: Sequence[int]  # finished request ids in completion order (requests.IdLog: a slice is an id array)
     prefill: tuple  # PrefillInstance (prefill.py)
     decode: tuple  # DecodeInstance (decode.py)
     colocated: tuple  # ColocatedInstance (colocated.py)
