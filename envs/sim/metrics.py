@@ -55,6 +55,21 @@ def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else math.nan
 
 
+def _names(names: tuple[str, ...], codes: np.ndarray):
+    """The string column of `codes`: the names as pandas stores strings (object, or pandas 3's str dtype), taken
+    by code. An object array of the names first cost 8 bytes a row more at the peak, then a conversion."""
+    return pd.Series(np.asarray(names, dtype=object)).array.take(codes)
+
+
+def _imbalance(kv_max: np.ndarray, kv_min: np.ndarray, rows: np.ndarray) -> float:
+    """imbalance_mean over the selected passes, the difference built in place (two step-length arrays live, not three)."""
+    if not rows.any():
+        return 0.0
+    gap = kv_max[rows]
+    np.subtract(gap, kv_min[rows], out=gap)
+    return _mean(gap)
+
+
 class SimResult:
     """What one run produced: `requests` and `steps` DataFrames and `summary()`."""
 
@@ -103,8 +118,8 @@ class SimResult:
             "arrival": req.arrival,
             "prompt": req.prompt,
             "output": out,
-            "status": np.asarray(R.STATE_NAMES, dtype=object)[req.state],
-            "reason": np.asarray(R.REASONS, dtype=object)[req.reason],
+            "status": _names(R.STATE_NAMES, req.state),
+            "reason": _names(R.REASONS, req.reason),
             "ttft": first - req.arrival,
             "tpot": tpot,
             "itl": np.where(multi, req.itl_max, np.nan),
@@ -136,13 +151,16 @@ class SimResult:
             x = r[col].to_numpy()
             return x if n_fin == len(x) else x[is_fin]
 
-        resolved_end = float(np.nanmax(r.finish)) if len(r) else 0.0
-        start = float(np.nanmin(r.arrival)) if len(r) else 0.0
+        resolved_end = float(np.nanmax(r.finish.to_numpy())) if len(r) else 0.0  # arrays: no NaN-filled copy
+        start = float(np.nanmin(r.arrival.to_numpy())) if len(r) else 0.0
         span = max(resolved_end - start, 1e-12)
         ttft = fin("ttft")
         tpot_all = fin("tpot")
-        tpot = tpot_all[~np.isnan(tpot_all)]
         good = (ttft <= self.slo.ttft_s) & (np.isnan(tpot_all) | (tpot_all <= self.slo.tpot_s))
+        tpot = tpot_all[~np.isnan(tpot_all)]  # a copy: the mean first, then p95 may reorder it in place
+        tpot_mean = _mean(tpot)
+        tpot_p95 = float(np.percentile(tpot, 95, overwrite_input=True)) if len(tpot) else math.nan
+        del tpot, tpot_all  # before the step metrics' temporaries
         s = self.steps
         kind = s.kind.to_numpy()
         is_dec = kind == PassKind.DECODE
@@ -154,15 +172,14 @@ class SimResult:
             "ttft_mean": _mean(ttft),
             "ttft_p50": _pct(ttft, 50),
             "ttft_p99": _pct(ttft, 99),
-            "tpot_mean": _mean(tpot),
-            "tpot_p95": _pct(tpot, 95),
+            "tpot_mean": tpot_mean,
+            "tpot_p95": tpot_p95,
             "e2e_p99": _pct(fin("e2e"), 99),
             "throughput_tok_s": float(fin("output").sum()) / span,
             "total_tok_s": float(fin("output").sum() + fin("prompt").sum()) / span,
             "rps": n_fin / span,
             "goodput_rps": float(good.sum()) / span,
-            "imbalance_mean": (_mean(s.kv_max.to_numpy()[is_dec] - s.kv_min.to_numpy()[is_dec])
-                               if is_dec.any() else 0.0),
+            "imbalance_mean": _imbalance(s.kv_max.to_numpy(), s.kv_min.to_numpy(), is_dec),
             "barrier_idle_frac": float(np.dot(s.idle_frac, dur) / dur.sum()) if dur.sum() > 0 else 0.0,
             "chunk_util_mean": _mean(s.util.to_numpy()[is_pre]),
             "sched_queue_s": _mean(fin("sched_queue")),
@@ -198,9 +215,12 @@ class SimResult:
         return out
 
     def step_table(self) -> pd.DataFrame:
-        """The step table as steps.csv holds it: pass kinds by name (prefill, decode, colocated).
-        In memory `steps.kind` stays a PassKind value, cheap to compare."""
-        return self.steps.assign(kind=self.steps.kind.map(PASS_KIND_NAMES))
+        """The step table as steps.csv holds it: pass kinds by name (prefill, decode, colocated), the integer
+        columns 64-bit. In memory `steps.kind` stays a PassKind value, cheap to compare, and `inst` / `reqs`
+        keep the step log's narrow types (steplog.row_dtype)."""
+        s = self.steps
+        wide = {c: s[c].astype(np.int64) for c in ("inst", "reqs") if s[c].dtype.kind == "i"}
+        return s.assign(kind=s.kind.map(PASS_KIND_NAMES), **wide)
 
 
 def json_safe(obj):

@@ -3,7 +3,7 @@
 A run records about 1.35 passes per request (DeepSeek-V3 3P x DP8 + 1D x DP32 on Azure traffic).
 As a list of tuples each row costs ~380 bytes of Python objects (a tuple and ten boxed numbers),
 which made the step log half of a 1M-request run's memory. Here rows collect in a short list and
-move every CHUNK rows into one NumPy structured array (80 bytes a row, ~0.3 us a row to convert),
+move every CHUNK rows into one NumPy structured array (65 bytes a row, ~0.3 us a row to convert),
 so the Python-object part never exceeds one chunk. Each chunk lives in its own anonymous memory map:
 merging the chunks into columns unmaps them one by one, so their pages go back to the system at once.
 Heap chunks (malloc) left that memory as holes the allocator kept: at 1M requests the merged step table
@@ -22,9 +22,13 @@ CHUNK = 8192
 
 
 def row_dtype(float_reqs: bool) -> np.dtype:
-    """The row type. `reqs` counts requests (int) except on colocated engines, whose passes record it as a
-    float (prefill and decode requests summed from unit vectors): the table keeps the type a run gives it."""
-    kinds = ("f8", "f8", "i8", "i8", "f8", "f8" if float_reqs else "i8", "i8", "i8", "f8", "f8")
+    """The row type (65 bytes packed). `reqs` counts requests (int) except on colocated engines, whose passes
+    record it as a float (prefill and decode requests summed from unit vectors): the table keeps the type a
+    run gives it. The narrow integers hold what cannot outgrow them: `kind` a PassKind (0-2), `inst` an
+    instance index, `reqs` requests in one pass (at most the run's request count); a value that did not
+    fit would raise when its chunk is converted, never wrap. KV tokens keep 64 bits. The tables written
+    to disk show the 64-bit types (SimResult.step_table)."""
+    kinds = ("f8", "f8", "i1", "i4", "f8", "f8" if float_reqs else "i4", "i8", "i8", "f8", "f8")
     return np.dtype(list(zip(COLUMNS, kinds)))
 
 
