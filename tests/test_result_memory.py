@@ -1,0 +1,141 @@
+"""What a run and its result tables hold per request (docs/performance.md, "Peak memory at 1M requests"), and that
+the memory-lean summary gives exactly what the frame definitions give."""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+from pdgym.envs.sim import SimResult, Simulator, simulate, steplog
+from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.events import PassKind
+
+LINEAR = {"kind": "linear", "params": {"a_p": 0.01, "b_p": 2e-5, "a_d": 0.008, "b_d": 5e-5}}
+WORKLOAD = {"num_requests": 300, "arrival": "poisson", "rate": 40.0, "prompt": {"dist": "uniform", "low": 16, "high": 2048},
+            "output": {"dist": "geometric", "mean": 40, "max": 400}}
+
+
+def disagg(**over) -> dict:
+    """tests/test_sim_core.py's small disaggregated cluster (tight decode KV: preemptions happen)."""
+    return {"hardware": "h800", "model": "deepseek_v3", "cost": LINEAR,
+            "cluster": {"topology": "disaggregated",
+                        "prefill": {"count": 2, "dp": 4, "ep": 4, "chunk_tokens": 2048, "kv_capacity_tokens": 100000},
+                        "decode": {"count": 1, "dp": 8, "ep": 8, "batch_limit": 16, "kv_capacity_tokens": 20000}},
+            "workload": WORKLOAD, **over}
+
+
+def coloc() -> dict:
+    return {"hardware": "h200", "model": "qwen3_8b", "cost": LINEAR,
+            "cluster": {"topology": "colocated", "colocated": {"count": 2, "dp": 2, "batch_limit": 32,
+                                                              "chunk_tokens": 1024, "kv_capacity_tokens": 40000}},
+            "workload": {**WORKLOAD, "rate": 20.0}}
+
+# Bytes a request costs in the simulator's request table, column by column: the budget the peak figure is built on.
+REQUEST_WIDTHS = {
+    **dict.fromkeys(("prompt", "output", "prefix_key", "prefix_len", "done", "work", "cached", "admit_step",
+                     "done_at_admit", "finish_step"), 8),
+    **dict.fromkeys(("arrival", "dispatch", "prefill_start", "first_token", "decode_admit", "finish", "last_tok",
+                     "buf_t", "dev_arrive", "itl_max", "sched_wait", "device_wait"), 8),
+    **dict.fromkeys(("prefill_inst", "prefill_dp", "decode_inst", "worker", "preemptions"), 4),
+    "state": 1, "reason": 1,
+}
+# A pass row: five float64 (t, dur, tokens, idle_frac, util), kv_max and kv_min int64, kind int8, inst and reqs int32.
+STEP_ROW = 5 * 8 + 2 * 8 + 1 + 4 + 4
+
+
+def frame_summary(res: SimResult) -> dict:
+    """The DESIGN section 5 metrics the way the module docstring defines them, on whole-frame selections."""
+    r, s, slo = res.requests, res.steps, res.slo
+    fin = r[r.status == "finished"]
+    span = max(float(np.nanmax(r.finish)) - float(np.nanmin(r.arrival)), 1e-12)
+    tpot = fin.tpot.dropna().to_numpy()
+    dec = s[s.kind == PassKind.DECODE]
+    if not len(dec):
+        dec = s[s.kind == PassKind.COLOCATED]
+    pre = s[(s.kind != PassKind.DECODE) & (s.util > 0)]
+    good = (fin.ttft <= slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= slo.tpot_s))
+    pct = lambda x, q: float(np.percentile(x, q)) if len(x) else math.nan  # noqa: E731
+    mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
+    return {
+        "ttft_mean": mean(fin.ttft.to_numpy()), "ttft_p50": pct(fin.ttft.to_numpy(), 50),
+        "ttft_p99": pct(fin.ttft.to_numpy(), 99), "tpot_mean": mean(tpot), "tpot_p95": pct(tpot, 95),
+        "e2e_p99": pct(fin.e2e.to_numpy(), 99), "throughput_tok_s": float(fin.output.sum()) / span,
+        "total_tok_s": float(fin.output.sum() + fin.prompt.sum()) / span, "rps": len(fin) / span,
+        "goodput_rps": float(good.sum()) / span,
+        "imbalance_mean": mean((dec.kv_max - dec.kv_min).to_numpy()) if len(dec) else 0.0,
+        "barrier_idle_frac": float(np.dot(s.idle_frac, s.dur) / s.dur.sum()),
+        "chunk_util_mean": mean(pre.util.to_numpy()), "sched_queue_s": mean(fin.sched_queue.to_numpy()),
+        "device_queue_s": mean(fin.device_queue.to_numpy()), "finished": len(fin),
+        "rejected": int((r.status == "rejected").sum()),
+    }
+
+
+@pytest.mark.parametrize("cfg", [disagg(max_sim_time_s=2.0), coloc()], ids=["disagg_horizon", "coloc"])
+def test_summary_is_bit_identical_to_the_frame_definitions(cfg):
+    res = simulate(cfg, seed=3)
+    got, want = res.summary(), frame_summary(res)
+    if "max_sim_time_s" in cfg:
+        assert (res.requests.status == "rejected").any()  # the masks select, not everything
+    for k, v in want.items():
+        assert got[k] == v or (math.isnan(got[k]) and math.isnan(v)), k
+
+
+def test_tables_hold_the_declared_widths_and_share_the_run_arrays():
+    sim = Simulator(disagg(), None, seed=0)
+    sim.run()
+    req, n = sim.req, sim.req.n
+    per_request = {k: v.itemsize for k, v in vars(req).items() if isinstance(v, np.ndarray) and v.shape == (n,)}
+    assert per_request == REQUEST_WIDTHS
+    res = SimResult(sim)
+    for col, arr in (("arrival", req.arrival), ("prompt", req.prompt), ("output", req.output),
+                     ("finish", req.finish), ("sched_queue", req.sched_wait), ("worker", req.worker)):
+        assert np.shares_memory(res.requests[col].to_numpy(), arr), f"{col} copied, not viewed"
+    steps = res.steps
+    assert steps.memory_usage(index=False).sum() == STEP_ROW * len(steps)
+    written = res.step_table()
+    assert written.inst.dtype == np.int64 and written.reqs.dtype == np.int64  # files keep the 64-bit columns
+    assert (written.inst.to_numpy() == steps.inst.to_numpy()).all()
+    assert set(written.kind) <= {"prefill", "decode"}
+
+
+def test_summary_reads_a_few_columns_not_a_copy_of_the_table():
+    """tracemalloc counts NumPy's buffers: the summary's peak is a handful of request columns, far below one copy
+    of the finished rows (21 columns), which selecting them as a frame took."""
+    res = simulate(disagg(workload={"num_requests": 4000, "arrival": "poisson", "rate": 200.0,
+                                    "prompt": {"dist": "uniform", "low": 16, "high": 512},
+                                    "output": {"dist": "geometric", "mean": 8, "max": 64}}), seed=0)
+    n = len(res.requests)
+    column = 8 * n
+    tracemalloc.start()
+    try:
+        res.summary()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert res.summary()["finished"] == n
+    assert peak < 4 * column + 64_000, f"summary peak {peak} B for {n} requests"
+    assert res.requests.memory_usage(index=False).sum() > 16 * column  # what a frame selection would copy
+
+
+def test_completed_is_every_finished_id_once_in_finish_order():
+    sim = Simulator(disagg(max_sim_time_s=2.0), None, seed=0)
+    sim.run()
+    done = sim.completed
+    ids = done[:]
+    assert isinstance(done, R.IdLog) and len(done) == int((sim.req.state == R.FINISHED).sum()) > 0
+    assert sorted(ids.tolist()) == np.flatnonzero(sim.req.state == R.FINISHED).tolist()
+    assert (np.diff(sim.req.finish[ids]) >= 0).all(), "completion order is finish-time order"
+    assert done[len(done) - 1] == ids[-1] and isinstance(done[0], int) and list(done) == ids.tolist()
+    with pytest.raises(ValueError):
+        ids[0] = 1  # a policy reads the log; it cannot rewrite it
+
+
+def test_step_rows_that_do_not_fit_their_narrow_type_raise():
+    log = steplog.StepLog()
+    log.append((0.0, 0.1, int(PassKind.DECODE), 2**31, 1.0, 1, 0, 0, 0.0, 0.0))  # inst past int32
+    with pytest.raises(OverflowError):
+        log.frame()
+    assert pd.api.types.is_integer_dtype(steplog.row_dtype(False)["reqs"])
