@@ -3,7 +3,7 @@
 A run records about 1.35 passes per request (DeepSeek-V3 3P x DP8 + 1D x DP32 on Azure traffic).
 As a list of tuples each row costs ~380 bytes of Python objects (a tuple and ten boxed numbers),
 which made the step log half of a 1M-request run's memory. Here rows collect in a short list and
-move every CHUNK rows into one NumPy structured array (65 bytes a row, ~0.3 us a row to convert),
+move every CHUNK rows into one NumPy structured array (65 bytes a row, ~0.35 us a row to convert),
 so the Python-object part never exceeds one chunk. Each chunk lives in its own anonymous memory map:
 merging the chunks into columns unmaps them one by one, so their pages go back to the system at once.
 Heap chunks (malloc) left that memory as holes the allocator kept: at 1M requests the merged step table
