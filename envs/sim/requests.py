@@ -139,13 +139,15 @@ class RequestTable:
 class IdLog(Sequence):
     """Request ids in the order they happened (`sim.completed`: finished ids in completion order).
 
-    A read-only sequence over a preallocated id array (4 bytes an id; ids are below n < 2**31, the request
-    table's length) rather than a list of Python ints (~40 bytes an id, and the ints, kept alive between
-    freed event objects, pinned the allocator's pages: RSS after a 1M-request run -25 MB). An item is an int, a slice a
-    read-only array view (`req.done[sim.completed[k:]]` indexes with it directly)."""
+    A read-only sequence over a preallocated id array (8 bytes an id) rather than a list of Python ints (~40
+    bytes an id, and the ints, kept alive between freed event objects, pinned the allocator's pages: RSS after a
+    1M-request run -25 MB). An item is an int, a slice a read-only array view (`req.done[sim.completed[k:]]`
+    indexes with it directly). The ids are intp, NumPy's index type, not int32: an int32 index array makes
+    every fancy index cast it first (PhaseBatching's reward indexes five columns with the newly finished ids:
+    +4.3% instructions per env step with int32, for 4 MB at 1M requests)."""
 
     def __init__(self, n: int):
-        self._ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+        self._ids = np.empty(n, dtype=np.intp)
         self._n = 0
 
     def append(self, rid: int) -> None:
