@@ -281,11 +281,16 @@ def test_resume_with_another_config_stops_before_writing(tmp_path):
     files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
     other = [a if not a.startswith("env.overrides") else 'env.overrides=["workload.num_requests=130","max_sim_time_s=8"]'
              for a in args]
-    with pytest.raises(ConfigError, match=r"^resume: .*differs in env\.overrides\b.*resume=never") as exc:
+    with pytest.raises(ConfigError, match=r"^resume: .*differs in env\.overrides\b.*another name=") as exc:
         train_from_overrides(other, tmp_path)
     assert "\n" not in str(exc.value)
     with pytest.raises(ConfigError, match=r"differs in agent\.kwargs\.learning_rate, seed\);"):
         train_from_overrides([*args, "seed=3", "agent.kwargs.learning_rate=0.001"], tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
+    # starting over in the same folder would mix the two runs' best model, history and checkpoints
+    with pytest.raises(ConfigError, match=r"^resume: never, but .* holds an earlier training run \(agent\.json, "
+                                          r"checkpoints, .*another name="):
+        train_from_overrides([*args, "resume=never"], tmp_path)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
     # budget keys may change: the same experiment continues
     s = train_from_overrides([*args[:-1], "total_timesteps=96", "eval.seeds=[1]"], tmp_path)

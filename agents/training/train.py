@@ -73,12 +73,22 @@ def _logger(out: Path, wandb_run):
     return Logger(str(out), formats)
 
 
+# What a training run leaves in its folder that a fresh start there would mix with its own outputs.
+EARLIER_RUN = (candidates.AGENT_META, "checkpoints", "best_model.zip", "final_model.zip", run_files.HISTORY)
+
+
 def resume_point(app: TrainSchema, env: EnvSchema, data: dict, out: Path) -> Path | None:
     """The checkpoint this run continues (None: a fresh start). With `resume: auto` the run directory
     must hold this very configuration: a different one stops here, before anything is written, as does a file
     there this run would read back and cannot (run_files.check_earlier)."""
     if app.resume not in ("never", "auto") and not Path(app.resume).is_file():
         raise ConfigError(f"resume: {app.resume!r} is not a checkpoint file (or use auto / never)")
+    if app.resume == "never":
+        earlier = [n for n in EARLIER_RUN if os.path.lexists(out / n)]
+        if earlier:
+            raise ConfigError(f"resume: never, but {out} holds an earlier training run ({', '.join(earlier)}): its "
+                              "best model, history and checkpoints would mix with this run's; give another name= (or "
+                              "hydra.run.dir=) to start over, or resume=auto to continue it")
     ckpt = None if app.resume == "never" else Path(app.resume) if app.resume != "auto" else _auto_resume(data, out)
     if out.is_dir():  # what this run reads back from an earlier one there, checked before anything is written
         run_files.check_earlier(out, env.primary, resuming=ckpt is not None)
@@ -91,18 +101,18 @@ def _auto_resume(data: dict, out: Path) -> Path | None:
     old = candidates.read_agent_meta(out, "resume").get("identity") if os.path.lexists(meta_path) else None
     if old is None and ckpts:
         raise ConfigError(f"resume: {out} holds checkpoints but no recorded configuration (an older pdgym run); "
-                          "give another name= or resume=never to start over")
+                          "give another name= to start over")
     if old is not None:
         diff = identity_diff(old, identity(data))
         if diff:
             shown = ", ".join(diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
             raise ConfigError(f"resume: {out} was trained with another configuration (differs in {shown}); "
-                              "give another name= or resume=never to start over")
+                              "give another name= to start over")
     if not ckpts:
         return None
     ckpt = M.latest_complete(out / "checkpoints")
     if ckpt is None:
-        raise ConfigError(f"resume: no complete checkpoint in {out / 'checkpoints'}; resume=never starts over")
+        raise ConfigError(f"resume: no complete checkpoint in {out / 'checkpoints'}; give another name= to start over")
     return ckpt
 
 
