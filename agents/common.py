@@ -134,6 +134,17 @@ def interrupted(exc: BaseException | None) -> bool:
     return False
 
 
+INTERRUPTED = "interrupted; this run wrote no result (files written so far are partial)"
+
+
+def fail_error(app: str, exc: BaseException, line: str):
+    """`line` for the error `exc`, exit status 2; the interrupt's line and 130 when `exc` was raised while a Ctrl-C
+    unwound (`interrupted`: Hydra wraps OmegaConf's failed cleanup of a half-built config in its own error)."""
+    if interrupted(exc):
+        fail(app, INTERRUPTED, 130)
+    fail(app, line)
+
+
 def one_line_errors(app: str) -> Callable:
     """Decorator: ConfigError / missing files become one line on stderr and exit status 2; Ctrl-C one line, 130."""
 
@@ -143,13 +154,13 @@ def one_line_errors(app: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except ConfigError as exc:
-                fail(app, str(exc))
+                fail_error(app, exc, str(exc))
             except FileNotFoundError as exc:
-                fail(app, f"file not found: {exc.filename or exc}")
+                fail_error(app, exc, f"file not found: {exc.filename or exc}")
             except (KeyboardInterrupt, Exception) as exc:
                 if not interrupted(exc):
                     raise
-                fail(app, "interrupted; this run wrote no result (files written so far are partial)", 130)
+                fail(app, INTERRUPTED, 130)
 
         return inner
 
@@ -257,12 +268,12 @@ def compose_checked(app: str, config_name: str, overrides: list[str], job_name: 
                 del cfg["hydra"]
         return cfg
     except (HydraException, OmegaConfBaseException) as exc:
-        fail(app, hydra_error_line(exc, overrides, config_name))
+        fail_error(app, exc, hydra_error_line(exc, overrides, config_name))
     except ValueError as exc:  # Hydra's own checks of the defaults list (a config group set to null)
         culprit = next((o for o in overrides if o.split("=", 1)[-1] == "null" and group_options(o.split("=")[0])),
                        "config")
-        fail(app, f"{culprit}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; pick one of: "
-                  f"{', '.join(group_options(culprit.split('=')[0]))}")
+        fail_error(app, exc, f"{culprit}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; pick "
+                             f"one of: {', '.join(group_options(culprit.split('=')[0]))}")
 
 
 def validated(app: str, validate: Callable[[DictConfig], Any] | None, cfg: DictConfig, where: str = "") -> None:
@@ -272,9 +283,9 @@ def validated(app: str, validate: Callable[[DictConfig], Any] | None, cfg: DictC
     try:
         validate(cfg)
     except ConfigError as exc:
-        fail(app, f"{exc}{where}")
+        fail_error(app, exc, f"{exc}{where}")
     except FileNotFoundError as exc:
-        fail(app, f"file not found: {exc.filename or exc}")
+        fail_error(app, exc, f"file not found: {exc.filename or exc}")
 
 
 def run_composed(cfg: DictConfig, config_name: str, task: Callable[[DictConfig], Any]) -> Any:
@@ -432,7 +443,7 @@ def _sweep_jobs_checked(app: str, config_name: str, overrides: list[str]) -> lis
                 fail(app, f"{o.input_line}: a sweep with no value; a multirun needs at least one job")
         return sweep_jobs(overrides)
     except HydraException as exc:
-        fail(app, hydra_error_line(exc, overrides, config_name))
+        fail_error(app, exc, hydra_error_line(exc, overrides, config_name))
 
 
 def refuse_unused(overrides: list[str], app: str, unused: dict[str, str]) -> None:

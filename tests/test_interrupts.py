@@ -155,3 +155,36 @@ def test_an_error_a_ctrl_c_left_in_a_library_cleanup_is_still_the_ctrl_c(capsys)
     assert capsys.readouterr().err.strip().startswith("pdgym-x: error: interrupted")
     with pytest.raises(AttributeError):
         one_line_errors("pdgym-x")(lambda: (_ for _ in ()).throw(AttributeError("plain")))()
+
+
+def test_a_ctrl_c_inside_hydras_composition_is_still_the_ctrl_c(capsys, monkeypatch):
+    """CI saw `pdgym-sim: error: root.handlers: ConfigCompositionException`, exit 2, for a Ctrl-C at start-up:
+    OmegaConf's cleanup failed on the config the interrupt left half-built, and Hydra wrapped that error in its
+    own (`raise ConfigCompositionException() from e`). The composition's error line is the interrupt's, 130;
+    the same error without an interrupt behind it stays a one-line error, exit 2."""
+    import hydra
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigKeyError
+    from pdgym.agents.common import compose_checked
+
+    def composed(interrupt: bool):
+        def compose(*args, **kwargs):
+            try:
+                try:
+                    if interrupt:
+                        raise KeyboardInterrupt
+                finally:
+                    raise ConfigKeyError("root.handlers")  # noqa: B012 (OmegaConf's flag_override cleanup)
+            except ConfigKeyError as exc:  # Hydra's load_configuration
+                raise ConfigCompositionException() from exc
+        return compose
+
+    monkeypatch.setattr(hydra, "compose", composed(True))
+    with pytest.raises(SystemExit) as stop:
+        compose_checked("pdgym-x", "config", [])
+    assert stop.value.code == 130 and capsys.readouterr().err.startswith("pdgym-x: error: interrupted")
+    monkeypatch.setattr(hydra, "compose", composed(False))
+    with pytest.raises(SystemExit) as stop:
+        compose_checked("pdgym-x", "config", [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "interrupted" not in err
