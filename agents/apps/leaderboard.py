@@ -70,6 +70,7 @@ from pdgym.agents.evaluation.leaderboard_stats import (
 )
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
+from pdgym.envs.sim.validation import check_seed_list
 
 # The app, and the board's pieces importable from it as before the split (tests, notebooks).
 __all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "_candidates",
@@ -103,10 +104,7 @@ def check_config(cfg: dict) -> dict:
     if not isinstance(cfg, dict):
         raise ConfigError(f"config: got {type(cfg).__name__}; must be the composed leaderboard config as a dict, e.g. "
                           "OmegaConf.to_container(compose('leaderboard', overrides=['preset=quick']), resolve=True)")
-    seeds = cfg.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                            and s >= 0 for s in seeds):
-        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    seeds = check_seed_list(cfg.get("seeds"), "seeds")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: got {seeds!r}; each seed once")
     mx = cfg.get("max_seeds")

@@ -33,7 +33,7 @@ from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.metrics import SUMMARY_KEYS, SimResult, check_table_format, write_json, write_table
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS as DECISION_POINTS
-from pdgym.envs.sim.validation import check_bool
+from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 POINTS = tuple(DECISION_POINTS)  # prefill, decode, batching (envs/sim/points.py)
 EXTRA_KEYS = ("tpot_p50", "tpot_p99", "slo_attainment", "batch_mean", "pool_mean", "pool_empty_frac")
@@ -472,10 +472,7 @@ def checked(data: dict) -> tuple:
     check_policy_given(data.get("eval_policy"))
     check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
     check_bool(data.get("progress"), "progress")
-    seeds = data.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                           for s in seeds):
-        raise ConfigError(f"seeds: got {seeds!r}; must be a non-empty list of integers >= 0")
+    seeds = check_seed_list(data.get("seeds"), "seeds")
     split_name = check_split(data)
     show = check_metric_names("show", data.get("show"))
     budget = check_budget("budget_s", data.get("budget_s"))

@@ -27,6 +27,7 @@ from pdgym.agents.common import sim_config_from, to_container
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, safe_files
 from pdgym.envs.sim.config import SimConfig
+from pdgym.envs.sim.validation import check_seed_list
 
 
 def write_text(path: Path, text: str) -> None:
@@ -56,7 +57,7 @@ def write_marked(path: Path, tag: str, block: str, head: str = "") -> None:
 
 def _fits(x, kind: str, sign: str) -> bool:
     """One list element against a kind (names, integers, numbers) and sign ("", " > 0", " >= 0"): the checks of
-    `check_lists` (inferred from the defaults) and `repro_seeds`."""
+    `check_lists` (inferred from the defaults)."""
     if kind == "names":
         return isinstance(x, str) and bool(x)
     if isinstance(x, bool) or not isinstance(x, int if kind == "integers" else (int, float)) or not math.isfinite(x):
@@ -70,9 +71,7 @@ def repro_seeds(cfg) -> list[int]:
     if s is None:
         return [int(cfg.seed)]
     s = list(s) if OmegaConf.is_list(s) else s
-    if not isinstance(s, list) or not s or not all(_fits(x, "integers", " >= 0") for x in s):
-        raise ConfigError(f"repro.seeds: got {s!r}; must be a non-empty list of integers >= 0")
-    return s
+    return check_seed_list(s, "repro.seeds")
 
 
 def check_lists(block, defaults, may_be_empty=frozenset()) -> None:

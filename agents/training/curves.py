@@ -105,6 +105,7 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
     from pdgym.agents.evaluation import evaluate as E
     from pdgym.baselines.registry import is_external
     from pdgym.envs.sim import safe_files
+    from pdgym.envs.sim.validation import check_seed_list
 
     from .env_factory import scenario_raw
     from .schema import EnvSchema
@@ -121,9 +122,7 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
         raise ConfigError(f"runs: {path}: env.{getattr(exc, 'full_key', '') or ''}: "
                           f"{str(exc).splitlines()[0]}") from None
     split_name = safe_files.get_key(cfg, "eval.split", str, "runs", path)
-    seeds = safe_files.get_key(cfg, "eval.seeds", list, "runs", path)
-    if not seeds or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in seeds):
-        raise ConfigError(f"runs: {path} has eval.seeds = {str(seeds)[:60]}; expected integers >= 0, at least one")
+    seeds = check_seed_list(safe_files.get_key(cfg, "eval.seeds", list, "runs", path), f"runs: {path} eval.seeds")
     split = safe_files.get_key(cfg, f"splits.{split_name}", dict, "runs", path)
     for k, kind in (("seed_base", int), ("trace_from", (int, float)), ("trace_to", (int, float))):
         safe_files.get_key(cfg, f"splits.{split_name}.{k}", kind, "runs", path)
@@ -169,8 +168,9 @@ def main(argv: list[str] | None = None) -> None:
         progs = [run_files.progress(r) for r in args.runs]
         refs = {}
         if args.baselines:
-            primary, refs = heuristic_references(args.runs[0], args.baselines, metas[0], configs[0])
-            hists = [run_files.history(r, primary) for r in args.runs]
+            selected, refs = heuristic_references(args.runs[0], args.baselines, metas[0], configs[0])
+            if selected != primary:  # config.yaml's env.primary rules, as the references were computed on it
+                primary, hists = selected, [run_files.history(r, selected) for r in args.runs]
     except ConfigError as exc:
         fail("pdgym-curves", str(exc))
     for r, h, g in zip(args.runs, hists, progs):

@@ -20,6 +20,7 @@ from typing import Any
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.validation import check_seed_list
 
 
 @dataclass
@@ -134,8 +135,7 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
             raise ConfigError(f"{k}: got {getattr(app, k)}; must be >= 0")
     if app.eval.freq < 0:
         raise ConfigError(f"eval.freq: got {app.eval.freq}; must be >= 0 (0: only at the end)")
-    if not app.eval.seeds or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in app.eval.seeds):
-        raise ConfigError(f"eval.seeds: got {app.eval.seeds!r}; must be a non-empty list of integers >= 0")
+    check_seed_list(app.eval.seeds, "eval.seeds")
     if not (math.isfinite(app.normalize.gamma) and 0 < app.normalize.gamma <= 1):
         raise ConfigError(f"normalize.gamma: got {app.normalize.gamma}; allowed (0, 1]")
     if not (math.isfinite(app.normalize.clip_obs) and app.normalize.clip_obs > 0):

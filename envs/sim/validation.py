@@ -61,6 +61,14 @@ def check_float(value: Any, key: str, lo: float = 0.0, hi: float = math.inf, lo_
     return float(value)
 
 
+def check_seed_list(value: Any, key: str) -> list[int]:
+    """Seeds, or run indices of a split: a non-empty list of integers >= 0."""
+    ok = isinstance(value, list) and bool(value) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    check(ok, key, f"got {value!r}; must be a non-empty list of integers >= 0")
+    return value
+
+
 def check_bool(value: Any, key: str) -> bool:
     check(isinstance(value, bool), key, f"got {value!r}; must be true or false")
     return value
