@@ -89,9 +89,13 @@ _STORED_SOURCES: list[str] = []  # the stored files whose policies are being bui
 
 
 @contextmanager
-def named_by_stored_file(source: str) -> Iterator[None]:
+def named_by_stored_file(source: str | None) -> Iterator[None]:
     """Build the policies a stored file names (`source`, e.g. "runs/x/agent.json"): a `module:Class` among
-    them is one ConfigError line, never an import (the file could name any module on the path)."""
+    them is one ConfigError line, never an import (the file could name any module on the path). None: the
+    settings come from this process's command line or Python, and nothing is refused."""
+    if source is None:
+        yield
+        return
     _STORED_SOURCES.append(source)
     try:
         yield

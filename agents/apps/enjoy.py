@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import shutil
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +47,8 @@ def settings(data: dict) -> dict:
 
 def candidate(data: dict) -> candidates.Candidate:
     """The policy under test (candidates.resolve), refused up front if the env cannot replay it."""
-    cand = candidates.resolve(str(data["enjoy_policy"]) if not isinstance(data["enjoy_policy"], dict) else data["enjoy_policy"],
-                     data.get("point"))
+    spec = data["enjoy_policy"]
+    cand = candidates.resolve(spec if isinstance(spec, dict) else str(spec), data.get("point"))
     if cand.kind == "baseline" and not hasattr(_env_class(cand), "teacher_action"):
         raise ConfigError(f"policy: {cand.label!r} is a {cand.point} baseline, and {_env_module(cand).ENV_ID} cannot "
                           "replay baselines (no teacher_action); give a trained run, or run it with pdgym-sim")
@@ -96,9 +95,7 @@ def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: 
         takes = _env_class(cand).env_keys()  # the other points' baselines it runs (a colocated env has no decode)
         kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point and k in takes}
     config = {k: raw[k] for k in SIM_KEYS if k in raw}
-    with ExitStack() as stack:
-        if cand.agent is not None and cand.agent.source is not None:  # policies its stored settings name
-            stack.enter_context(named_by_stored_file(cand.agent.source))
+    with named_by_stored_file(cand.agent.source if cand.agent is not None else None):  # policies stored settings name
         env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
                                          render_mode="rgb_array", **kwargs)
     return env, seed

@@ -87,8 +87,6 @@ class LoadedAgent:
 
         mod = env_module(self.meta["env_id"])
         budget = DecisionBudget(self.predict, DECISIONS_PER_REQUEST.get(self.point))
-        if self.source is None:
-            return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
         with named_by_stored_file(self.source):
             return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
 
