@@ -60,12 +60,6 @@ def read_jobs(sweep_dir: Path) -> tuple[list[tuple[Path, dict]], int]:
     return jobs, skipped
 
 
-def collect(sweep_dir: Path) -> tuple[pd.DataFrame, int]:
-    """(one row per complete job: its group, seed and metrics; jobs skipped as incomplete)."""
-    jobs, skipped = read_jobs(sweep_dir)
-    return pd.DataFrame([row for _, row in jobs]), skipped
-
-
 def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
     """Every chosen metric in every job, a number (null: not measured); a job without it, or with a string or a
     list there, is one line naming its file: a mean over the jobs that have it would pass for one over all."""
