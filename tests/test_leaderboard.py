@@ -187,7 +187,7 @@ def test_an_agent_within_its_budget_runs_to_the_end_with_the_history_of_an_unbou
 def test_csv_has_the_contract_columns_and_ranks_by_the_primary_metric(board):
     out, summary = board
     df = pd.read_csv(out / "leaderboard.csv")
-    assert list(df.columns) == ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
+    assert list(df.columns) == ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds", "stalled"]
     assert set(df.scenario) == {"prefill_ds_v3_h800", "decode_ht_n16"}
     assert (df.seeds == 2).all() and set(df.kind) == {"baseline", "agent"}
     dec = df[(df.scenario == "decode_ht_n16") & (df.metric == "imbalance_mean")]

@@ -4,9 +4,10 @@
     pdgym-leaderboard preset=quick       # the `make run` demonstration: fewer requests and seeds + a quick agent
 
 Each board goes to its own dated directory OUT_DIR/<YYYY-mm-dd_HH-MM-SS>/ and OUT_DIR/latest points at the
-newest good one (a board where some scenario has no successful run exits 1 and leaves `latest` alone
-unless `tolerate_failures=true`). It holds leaderboard.{csv,md,html} (csv columns: scenario, policy,
-kind, metric, mean, ci_low, ci_high, seeds), paired.csv (each policy against the scenario's reference),
+newest good one (a board where some scenario, or some agent, has no successful run exits 1 and leaves `latest` alone
+unless `tolerate_failures=true`; a run that stopped early marks its row STALLED, with no mean, and the board exits
+1 once written unless `allow_stalled=true`). It holds leaderboard.{csv,md,html} (csv columns: scenario, policy,
+kind, metric, mean, ci_low, ci_high, seeds, stalled), paired.csv (each policy against the scenario's reference),
 aggregate.csv (IQM and probability of improvement across seeds and scenarios), regime.csv, runs.csv (every
 seed's metrics) and plots/. The HTML page is self-contained (images inline, tables sortable).
 
@@ -45,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
-from pdgym.agents.evaluation import candidates
+from pdgym.agents.evaluation import candidates, stalls
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
@@ -70,7 +71,7 @@ from pdgym.agents.evaluation.leaderboard_stats import (
 )
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import write_json
-from pdgym.envs.sim.validation import check_seed_list
+from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 # The app, and the board's pieces importable from it as before the split (tests, notebooks).
 __all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "_candidates",
@@ -117,6 +118,8 @@ def check_config(cfg: dict) -> dict:
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
         raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
     E.check_metric_names("metrics", cfg.get("metrics"))
+    for key in ("allow_stalled", "tolerate_failures"):
+        check_bool(cfg.get(key, False), key)
     E.check_budget("budget_s", cfg.get("budget_s"))
     for key in ("agents", "train"):
         if not isinstance(cfg.get(key) or [], list):
@@ -235,6 +238,7 @@ def build(cfg: dict) -> dict:
     folder.release()
     if not summary.pop("good"):
         raise SystemExit(1)
+    stalls.refuse("pdgym-leaderboard", summary["stopped_early"], bool(cfg.get("allow_stalled")))  # board written
     return summary
 
 
@@ -271,9 +275,14 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     write_markdown(b, out / "leaderboard.md")
     write_html(b, plot_dir, out / "leaderboard.html")
     empty = [sc.key for sc in scenarios if not len(runs) or not (runs.scenario == sc.key).any()]
-    good = not empty or bool(cfg.get("tolerate_failures"))
+    ran = set(runs.policy) if len(runs) else set()
+    dead = [a["label"] for a in agents if a["label"] not in ran]  # every run of this agent failed (or none ran)
+    stopped = ([f"{r.policy} on {r.scenario} seed {r.seed}" for r in runs.itertuples() if r.stopped]
+               if len(runs) and "stopped" in runs else [])
+    good = not (empty or dead) or bool(cfg.get("tolerate_failures"))
     summary = {"out_dir": str(out), "scenarios": [s.key for s in scenarios], "seeds": seeds,
-               "runs": len(runs), "failures": failures, "failed_scenarios": empty, "standings": b.standings,
+               "runs": len(runs), "failures": failures, "failed_scenarios": empty, "failed_agents": dead,
+               "stopped_early": stopped, "standings": b.standings,
                "regimes": regimes, "seeds_rule": rules, "aliases": {f"{k[0]}/{k[1]}": v for k, v in aliases.items()},
                "meta": meta, "wall_time_s": time.perf_counter() - t0}
     write_json(out / "summary.json", summary)
@@ -287,8 +296,9 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
               f"plots in {plot_dir}/ ({summary['wall_time_s']:.0f} s)" + (f"; {root / 'latest'} -> {out.name}"
                                                                           if good else ""))
     if not good:
-        print(f"pdgym-leaderboard: every run failed on {', '.join(empty)} (see {out / 'leaderboard.md'}); "
-              f"{root / 'latest'} left unchanged; tolerate_failures=true accepts such a board", file=sys.stderr)
+        what = "; ".join([*(f"every run failed on {k}" for k in empty), *(f"every run of agent {a} failed" for a in dead)])
+        print(f"pdgym-leaderboard: {what} (see {out / 'leaderboard.md'}); {root / 'latest'} left unchanged; "
+              "tolerate_failures=true accepts such a board", file=sys.stderr)
     return dict(summary, good=good)
 
 

@@ -288,8 +288,12 @@ class Evaluation:
     requests: pd.DataFrame
 
     def stats(self) -> dict:
-        return {k: dict(interval([m[k] for m in self.per_seed]), per_seed=[m[k] for m in self.per_seed])
-                for k in METRIC_KEYS}
+        """Per metric: interval over seeds, `stalled` (seeds stopped early: then no mean, stalls.honest), per_seed."""
+        from pdgym.agents.evaluation import stalls
+
+        n_stop = stalls.n_stopped(m.get("stopped") for m in self.per_seed)
+        return {k: dict(stalls.honest(k, interval([m[k] for m in self.per_seed]), n_stop),
+                        per_seed=[m[k] for m in self.per_seed]) for k in METRIC_KEYS}
 
 
 def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index: int,
@@ -405,7 +409,9 @@ def check_policies(others: dict) -> None:
 # --------------------------------------------------------------------------- the app
 def _app(cfg) -> dict:
     from pdgym.agents.common import run_dir, to_container
+    from pdgym.agents.evaluation import stalls
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     data = to_container(cfg)  # unknown keys already failed in Hydra (struct mode)
@@ -417,19 +423,26 @@ def _app(cfg) -> dict:
     out = run_dir()
     path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget}, data.get("tables", "csv"))
     stats = ev.stats()
+    ci = escape("[min, max]") if len(seeds) <= 2 else "95% CI"  # a bootstrap over 2 seeds is their range
     t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
-              caption="95% CI: percentile bootstrap of the mean over seeds")
-    for col in ("metric", "direction", "mean", "95% CI", "std"):
+              caption=(escape("[min, max] over the 2 seeds (a 95% interval needs more)") if len(seeds) <= 2
+                       else "95% CI: percentile bootstrap of the mean over seeds"))
+    for col in ("metric", "direction", "mean", ci, "std"):
         t.add_column(col, justify="left" if col in ("metric", "direction") else "right")
     for k in show:
         st = stats[k]
-        t.add_row(k, "higher is better" if direction(k) > 0 else "lower is better", f"{st['mean']:.4g}",
-                  f"[{st['ci_low']:.4g}, {st['ci_high']:.4g}]", f"{st['std']:.3g}")
+        if st["stalled"] and k not in stalls.KEPT:
+            cells = (stalls.cell(st["stalled"], len(seeds)), "-", "-")
+        else:
+            cells = (f"{st['mean']:.4g}", escape(f"[{st['ci_low']:.4g}, {st['ci_high']:.4g}]"), f"{st['std']:.3g}")
+        t.add_row(k, "higher is better" if direction(k) > 0 else "lower is better", *cells)
     Console(width=max(Console().width, 110)).print(t)
     for s, m in zip(ev.seeds, ev.per_seed):
         if m["stopped"]:
-            print(f"seed {s} stopped early: {m['stopped']}")
+            print(f"seed {s} stopped early ({m['rejected']:.0f} requests rejected): {m['stopped']}")
     print(f"metrics in {path}")
+    stalls.refuse("pdgym-eval", [f"{cand.label} seed {s}" for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]],
+                  bool(data.get("allow_stalled")))
     return stats
 
 
@@ -472,6 +485,7 @@ def checked(data: dict) -> tuple:
     check_policy_given(data.get("eval_policy"))
     check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
     check_bool(data.get("progress"), "progress")
+    check_bool(data.get("allow_stalled", False), "allow_stalled")
     seeds = check_seed_list(data.get("seeds"), "seeds")
     split_name = check_split(data)
     show = check_metric_names("show", data.get("show"))

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_render import with_unit
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
 
@@ -80,6 +81,11 @@ def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path, col: dict | None 
     log = len(pos) > 1 and pos.max() > 20 * pos.min()
     if log:
         ax.set_yscale("log")
+    if "stalled" in t:  # a policy with a stopped-early seed has no mean: said where its bar would be
+        for xi, n_stop in zip(x, t.stalled.fillna(0).astype(int)):
+            if n_stop:
+                ax.text(xi, 0.02, stalls.MARK, transform=ax.get_xaxis_transform(), rotation=90, ha="center",
+                        va="bottom", fontsize=8, color="#b00020")
     ax.set_xticks(x, t.policy, rotation=30, ha="right")
     ax.set_ylabel(ylabel + (" (log scale)" if log else ""), fontsize=8)
     ax.set_title(f"{title} (best first; // agents, .. headroom)", fontsize=9)
@@ -98,10 +104,16 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None
 
     col = col or colours(list(runs.policy))
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    runs = stalls.mask_runs(runs, ("ttft_mean", "tpot_mean"))
+    stalled = [str(p) for p, g in runs.groupby("policy", sort=False) if "stopped" in g and stalls.n_stopped(g.stopped)]
+    runs = runs[~runs.policy.isin(stalled)]
     stats = [(pol, g.kind.iloc[0] == "agent", {"tpot_mean": E.interval(g.tpot_mean), "ttft_mean": E.interval(g.ttft_mean)})
              for pol, g in runs.groupby("policy", sort=False)]
     same = {k: same_for_all([s[2][k]["mean"] for s in stats]) for k in ("ttft_mean", "tpot_mean")}
     notes = [f"{k} = {v:.4g} s for every policy" for k, v in same.items() if v is not None]
+    if stalled:
+        fig.text(0.01, 0.01, f"{stalls.MARK} (a seed stopped early, no mean): {', '.join(stalled)}", fontsize=7,
+                 color="#b00020")
 
     def err(iv: dict) -> list:
         return [[max(iv["mean"] - iv["ci_low"], 0)], [max(iv["ci_high"] - iv["mean"], 0)]]

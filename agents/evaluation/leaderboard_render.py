@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
 
 UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
@@ -41,9 +42,16 @@ def _fmt(v: float) -> str:
 
 
 def _cell(table: pd.DataFrame, metric: str, ci: bool = True) -> dict:
+    """Policy -> its mean (and interval); STALLED (k/n seeds) where a stopped-early seed took the mean away."""
     t = table[table.metric == metric].set_index("policy")
-    return {p: (f"{_fmt(r['mean'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if ci else _fmt(r["mean"]))
-            for p, r in t.iterrows()}
+    out = {}
+    for p, r in t.iterrows():
+        n_stop = int(r.get("stalled", 0) or 0)
+        if n_stop and metric not in stalls.KEPT:
+            out[p] = stalls.cell(n_stop, int(r["seeds"]))
+        else:
+            out[p] = f"{_fmt(r['mean'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if ci else _fmt(r["mean"])
+    return out
 
 
 def scenario_frame(table: pd.DataFrame, sc: BoardScenario, metrics: list[str], pairs: pd.DataFrame | None = None,

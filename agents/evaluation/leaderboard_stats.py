@@ -13,7 +13,7 @@ from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario, regime_policy
 from pdgym.envs.sim.config import ConfigError
 
-CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds"]
+CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds", "stalled"]
 
 
 # --------------------------------------------------------------------------- aliases
@@ -58,17 +58,23 @@ def merge_aliases(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> tuple[p
 # --------------------------------------------------------------------------- tables
 def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[str]) -> pd.DataFrame:
     """Long table (CSV_COLUMNS): one row per scenario x policy x metric, policies ranked by the primary metric;
-    mean and 95% percentile-bootstrap interval over seeds."""
+    mean and 95% percentile-bootstrap interval over seeds; `stalled`: seeds that stopped early (then no mean but
+    for the counts and times: agents/evaluation/stalls.py; `runs` masked or not, the result is the same)."""
+    from pdgym.agents.evaluation import stalls
+
+    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
     rows = []
     for sc in scenarios:
         sub = runs[runs.scenario == sc.key] if len(runs) else runs
         for pol in rank(sub, sc.primary):
             g = sub[sub.policy == pol]
             kind = g.kind.iloc[0]
+            n_stop = stalls.n_stopped(g.stopped) if "stopped" in g else 0
             for m in dict.fromkeys([sc.primary, *metrics]):
-                s = E.interval(g[m].tolist())
+                s = stalls.honest(m, E.interval(g[m].tolist()), n_stop)
                 rows.append({"scenario": sc.key, "policy": pol, "kind": kind, "metric": m, "mean": s["mean"],
-                             "ci_low": s["ci_low"], "ci_high": s["ci_high"], "seeds": s["n"]})
+                             "ci_low": s["ci_low"], "ci_high": s["ci_high"], "seeds": len(g) if n_stop else s["n"],
+                             "stalled": n_stop})
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
 
@@ -90,7 +96,11 @@ def reference(runs: pd.DataFrame, sc: BoardScenario) -> str | None:
 
 def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
     """Per scenario and policy: paired ratio to the reference on the primary metric (bootstrap over the
-    seeds both ran), its verdict in words and whether the interval excludes zero."""
+    seeds both ran), its verdict in words and whether the interval excludes zero. A policy with a stopped-early
+    seed is not comparable (stalls.mask_runs) and is never the reference."""
+    from pdgym.agents.evaluation import stalls
+
+    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
     rows = []
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
         p = E.paired_ratio(x.to_numpy(), y.to_numpy())
@@ -122,8 +132,10 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
     """Across seeds and scenarios (rliable): per policy, the interquartile mean of its normalised score on
     each scenario's primary metric (1 = the reference's mean; above 1 is better) and its probability of
     improvement over the reference (P(score > reference's score), averaged over scenarios)."""
+    from pdgym.agents.evaluation import stalls
     from rliable import metrics as rm
 
+    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
     per: dict[str, list] = {}
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
         sub = runs[(runs.scenario == sc.key) & (runs.policy == ref)]
@@ -150,6 +162,9 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
 
 def measure_regime(runs: pd.DataFrame, sc: BoardScenario, capacity: float, rate: float | None) -> dict:
     """The regime measured on the regime policy's runs, checked against the declared bounds."""
+    from pdgym.agents.evaluation import stalls
+
+    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
     pol = regime_policy(sc)
     g = runs[(runs.scenario == sc.key) & (runs.policy == pol)] if len(runs) else runs
     raw = sc.raw(rate)
