@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import functools
 import importlib
 import importlib.resources
 import itertools
@@ -555,31 +554,11 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
 
 # --------------------------------------------------------------------------- configured policy names
 def configured_policy(point: str, name: str) -> dict | None:
-    """The policy spec of conf/policy/POINT/NAME.yaml ({name: <registered class>, params...}), or None.
+    """The policy spec of conf/policy/POINT/NAME.yaml ({name: <registered class>, params...}), or None
+    (baselines/registry.preset: configured names such as sbs_cache are presets of registered classes)."""
+    from pdgym.baselines.registry import preset
 
-    Configured names (sbs_cache, brh_memo, ...) are presets of registered classes; resolving them here
-    lets every app accept whatever `policy/POINT=NAME` accepts.
-    """
-    if name not in group_options(f"policy/{point}"):
-        return None
-    return dict(_configured_policy(point, name))
-
-
-@functools.lru_cache(maxsize=128)
-def _configured_policy(point: str, name: str) -> dict:
-    """Read the preset and the presets its `defaults` list names (siblings, then `_self_`), as Hydra would.
-
-    Read directly rather than composed: this runs inside Hydra apps, where Hydra is already initialised.
-    """
-    root = importlib.resources.files("pdgym.conf").joinpath("policy", point)
-    node = OmegaConf.create((root / f"{name}.yaml").read_text())
-    defaults = list(node.pop("defaults", None) or [])
-    merged = OmegaConf.create({})
-    for entry in defaults or ["_self_"]:
-        merged = OmegaConf.merge(merged, node if entry == "_self_" else _configured_policy(point, str(entry)))
-    if "_self_" not in defaults:
-        merged = OmegaConf.merge(merged, node)
-    return OmegaConf.to_container(merged, resolve=True)
+    return preset(point, name)
 
 
 RUN_INPUTS = ("envs", "baselines", "agents", "conf", "data", "pyproject.toml")  # what a run's results come from

@@ -13,6 +13,7 @@ run's agent.json, the zoo index) does so inside `named_by_stored_file`, where `m
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -144,26 +145,102 @@ def policy_class(kind: str, name: str) -> type:
                               f"{KINDS[kind].__name__}, the protocol of the {kind} decision point")
         return cls
     if name not in _REGISTRY.get(kind, {}):
-        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; allowed: {', '.join(registered(kind))}, "
-                          "or module:Class")
+        raise ConfigError(f"policy.{kind}.name: unknown {name!r}; {did_you_mean(name, names(kind))}allowed: "
+                          f"{', '.join(names(kind))}, or module:Class")
     return _REGISTRY[kind][name]
 
 
-def make_policy(kind: str, spec: str | Mapping[str, Any] | None):
-    """Build a policy from a name or a mapping {name: ..., <constructor parameters>}.
+def presets(kind: str) -> list[str]:
+    """Configured names of a decision point that are not registered classes: conf/policy/KIND/NAME.yaml presets
+    of a registered class with its parameters (sbs_cache, brh_memo, ...). Every place that takes a policy name
+    takes these too (make_policy resolves them)."""
+    import importlib.resources
+
+    root = importlib.resources.files("pdgym.conf").joinpath("policy", kind)
+    if kind not in KINDS or not root.is_dir():
+        return []
+    have = set(registered(kind))
+    return sorted(n for n in (p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml")) if n not in have)
+
+
+def names(kind: str) -> list[str]:
+    """Every name a decision point accepts: registered classes and configured presets."""
+    return sorted({*registered(kind), *presets(kind)})
+
+
+def preset(kind: str, name: str) -> dict | None:
+    """The spec of conf/policy/KIND/NAME.yaml ({name: <registered class>, params...}), or None if there is none:
+    the preset and the presets its `defaults` list names (siblings, then `_self_`), merged as Hydra would. Read
+    directly rather than composed (this runs inside Hydra apps, where Hydra is already initialised)."""
+    import importlib.resources
+
+    if not isinstance(name, str) or "/" in name or kind not in KINDS:
+        return None
+    if not importlib.resources.files("pdgym.conf").joinpath("policy", kind, f"{name}.yaml").is_file():
+        return None
+    return dict(_preset(kind, name))
+
+
+@functools.lru_cache(maxsize=128)
+def _preset(kind: str, name: str) -> dict:
+    import importlib.resources
+
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.create(importlib.resources.files("pdgym.conf").joinpath("policy", kind, f"{name}.yaml").read_text())
+    defaults = list(node.pop("defaults", None) or [])
+    merged = OmegaConf.create({})
+    for entry in defaults or ["_self_"]:
+        merged = OmegaConf.merge(merged, node if entry == "_self_" else _preset(kind, str(entry)))
+    if "_self_" not in defaults:
+        merged = OmegaConf.merge(merged, node)
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def did_you_mean(word: Any, options) -> str:
+    """'did you mean X? ' for the closest of `options` to a mistyped `word` (difflib), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1) if isinstance(word, str) else []
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def make_policy(kind: str, spec: str | Mapping[str, Any] | type | Any | None):
+    """Build a policy from a name, a mapping {name: ..., <constructor parameters>}, a policy class (built with
+    no arguments) or a policy object (returned as it is). A name is a registered class, a configured preset
+    (conf/policy/KIND/NAME.yaml: its parameters, then the mapping's) or `module:Class`.
 
     Unknown names or parameters fail with one line naming the key and what is allowed;
     constructors validate their values and raise ConfigError themselves.
     """
     if spec is None:
         return None
+    proto = KINDS.get(kind)
+    if proto is not None and isinstance(spec, proto):
+        return spec
+    if inspect.isclass(spec):
+        spec = {"name": spec}
     if isinstance(spec, str):
         spec = {"name": spec}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"policy.{kind}: got {type(spec).__name__} {spec!r}; must be a name, {{name: NAME, params}}, "
+                          f"a {proto.__name__ if proto else 'policy'} subclass or an object of one")
     spec = dict(spec)
     name = spec.pop("name", None)
     if name is None:
-        raise ConfigError(f"policy.{kind}.name: missing; allowed: {', '.join(registered(kind))}")
-    cls = policy_class(kind, name)
+        raise ConfigError(f"policy.{kind}.name: missing; allowed: {', '.join(names(kind))}")
+    if inspect.isclass(name):
+        if proto is None or not issubclass(name, proto):
+            raise ConfigError(f"policy.{kind}: {name.__name__} does not subclass {proto.__module__}.{proto.__name__}"
+                              if proto else f"policy: decision point {kind!r} unknown; allowed: {', '.join(KINDS)}")
+        cls = name
+        name = cls.__name__
+    else:
+        pre = preset(kind, name) if not is_external(name) and name not in registered(kind) else None
+        if pre is not None:  # a configured preset: its class and parameters, the given parameters over them
+            spec = {**{k: v for k, v in pre.items() if k != "name"}, **spec}
+            name = pre["name"]
+        cls = policy_class(kind, name)
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p != "self" and params[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     for k in spec:
@@ -173,12 +250,13 @@ def make_policy(kind: str, spec: str | Mapping[str, Any] | None):
 
 
 def make_policies(spec: Mapping[str, Any] | None) -> dict:
-    """Policies for every decision point named in `spec` ({'prefill': ..., 'decode': ..., 'batching': ...})."""
+    """Policies for every decision point named in `spec` ({'prefill': ..., 'decode': ..., 'batching': ...}); each
+    value is whatever make_policy takes: a name, {name, params}, a policy class or a policy object."""
     spec = spec or {}
     if not isinstance(spec, Mapping):
         raise ConfigError(f"policies: got {spec!r} ({type(spec).__name__}); must be a mapping decision point "
                           f"({', '.join(KINDS)}) -> policy name or {{name, params}}, e.g. {{'decode': 'least_kv'}}")
     for k in spec:
         if k not in KINDS:
-            raise ConfigError(f"policy.{k}: unknown decision point; allowed: {', '.join(KINDS)}")
+            raise ConfigError(f"policy.{k}: unknown decision point; {did_you_mean(k, KINDS)}allowed: {', '.join(KINDS)}")
     return {k: make_policy(k, v) for k, v in spec.items() if v is not None}

@@ -149,15 +149,20 @@ class Candidate:
 
 
 def is_model_path(spec: str) -> bool:
-    """A trained agent: a model zip, a run folder, or a shipped one (zoo:NAME)."""
-    return spec.startswith("zoo:") or spec.endswith(".zip") or "/" in spec or Path(spec).exists()
+    """A trained agent: a model zip, a run folder, or a shipped one (zoo:NAME). A bare policy name is a policy even
+    where a folder of that name exists (`pdgym-eval policy=br0 hydra.run.dir=br0` created one); ./br0 is the folder."""
+    from pdgym.baselines.registry import names
+
+    if spec.startswith("zoo:") or spec.endswith(".zip") or "/" in spec:
+        return True
+    return Path(spec).exists() and not any(spec in names(k) for k in POINTS)
 
 
 def resolve(spec: str | dict, point: str | None = None, label: str | None = None) -> Candidate:
     """A baseline name (or {name, params}) or a model path -> Candidate; the decision point is inferred
     from the registry (or the agent's metadata) unless given."""
     from pdgym.baselines import registered
-    from pdgym.baselines.registry import KINDS, external_class, is_external, point_of
+    from pdgym.baselines.registry import KINDS, did_you_mean, external_class, is_external, names, point_of, policy_class
 
     if point is not None and point not in POINTS:
         raise ConfigError(f"point: got {point!r}; allowed: {', '.join(POINTS)}")
@@ -178,23 +183,30 @@ def resolve(spec: str | dict, point: str | None = None, label: str | None = None
             raise ConfigError(f"policy: {name} subclasses no decision point's protocol; allowed bases: "
                               + ", ".join(f"{p.__module__}.{p.__name__}" for p in KINDS.values()))
     if not kinds:  # a configured preset (conf/policy/POINT/NAME.yaml, e.g. sbs_cache): its class and params
-        from pdgym.agents.common import configured_policy
+        from pdgym.baselines.registry import preset
 
-        presets = {k: configured_policy(k, name) for k in POINTS if point in (None, k)}
-        presets = {k: v for k, v in presets.items() if v is not None}
-        if len(presets) == 1:
-            (point, preset), = presets.items()
+        found = {k: preset(k, name) for k in POINTS if point in (None, k)}
+        found = {k: v for k, v in found.items() if v is not None}
+        if len(found) == 1:
+            (point, pre), = found.items()
             label = label or name
-            base = {**preset, **{k: v for k, v in base.items() if k != "name"}}
+            base = {**pre, **{k: v for k, v in base.items() if k != "name"}}
             name = base["name"]
             kinds = [point]
+        else:
+            kinds = list(found)
     if point is None:
-        if len(kinds) != 1:
-            allowed = "; ".join(f"{k}: {', '.join(registered(k))}" for k in POINTS)
-            why = "is registered at several decision points, set point=" if kinds else "is neither a model path, " \
-                  "a registered baseline nor module:Class"
-            raise ConfigError(f"policy: {name!r} {why} ({allowed})")
+        if len(kinds) > 1:  # jsq, random, round_robin: one name at two decision points
+            both = " and ".join(f"{k} ({policy_class(k, name).__module__}.{policy_class(k, name).__name__})"
+                                if name in registered(k) else k for k in kinds)
+            raise ConfigError(f"policy: {name!r} names a policy at {both}; set point={'|'.join(kinds)}")
+        if not kinds:
+            every = sorted({n for k in POINTS for n in names(k)})
+            allowed = "; ".join(f"{k}: {', '.join(names(k))}" for k in POINTS)
+            raise ConfigError(f"policy: {name!r} is neither a model path, a policy name nor module:Class; "
+                              f"{did_you_mean(name, every)}allowed: {allowed}")
         point = kinds[0]
     elif point not in kinds:
-        raise ConfigError(f"policy: {name!r} is not a {point} baseline; allowed: {', '.join(registered(point))}")
+        raise ConfigError(f"policy: {name!r} is not a {point} policy; {did_you_mean(name, names(point))}allowed: "
+                          f"{', '.join(names(point))}")
     return Candidate(label or name, "baseline", point, spec=base)

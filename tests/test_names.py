@@ -1,0 +1,99 @@
+"""One set of policy names: every registered class and configured preset (conf/policy/POINT/NAME.yaml) is taken
+wherever a policy is named (make_policies, pdgym-sim's compare, pdgym-eval's policy=, a board's baselines);
+make_policies takes policy objects and classes; an ambiguous or mistyped name says what to write."""
+
+from __future__ import annotations
+
+import pytest
+from pdgym.agents.evaluation import candidates
+from pdgym.baselines import make_policies, registered
+from pdgym.baselines.registry import names, presets
+from pdgym.envs.sim import DecodeRouter
+from pdgym.envs.sim.config import ConfigError
+
+SCENARIO = {"prefill": "ds_v3_h800_3p1d", "decode": "decode_tier_n16", "batching": "coloc_h200_qwen3_8b"}
+
+
+def _compose(scenario: str):
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module("pdgym.conf", version_base=None):
+        return compose("config", overrides=[f"scenario={scenario}", "workload.num_requests=20"])
+
+
+@pytest.mark.parametrize("point", list(SCENARIO))
+def test_every_name_of_a_point_passes_through_compare(point):
+    from omegaconf import OmegaConf, open_dict
+    from pdgym.agents.apps import sim
+
+    every = names(point)
+    assert set(registered(point)) <= set(every) and set(presets(point)) <= set(every)
+    cfg = _compose(SCENARIO[point])
+    with open_dict(cfg):
+        cfg.compare = OmegaConf.create([{"label": f"s{i}", point: n} for i, n in enumerate(every)])
+    sets = sim.policy_sets(cfg)
+    assert [s[point] for _, s in sets] == every
+    for (_, spec), name in zip(sets, every):  # what validate builds for each set of the compare list
+        built = make_policies(spec)[point]
+        want = candidates.resolve(name, point).spec["name"]  # a preset builds its registered class
+        assert type(built).name == want
+
+
+def test_sbs_cache_in_compare_is_the_preset_with_its_parameters():
+    from omegaconf import OmegaConf, open_dict
+    from pdgym.agents.apps import sim
+
+    cfg = _compose("ds_v3_h800_3p1d")
+    with open_dict(cfg):
+        cfg.compare = OmegaConf.create([{"label": "a", "prefill": "sbs"}, {"label": "b", "prefill": "sbs_cache"}])
+    _, _, _, sets = sim.validate(cfg)
+    (_, a), (_, b) = sets
+    assert type(a["prefill"]) is type(b["prefill"])
+    assert b["prefill"].allocation == "pbaa_cache" and a["prefill"].allocation != "pbaa_cache"
+
+
+def test_make_policies_takes_objects_and_classes():
+    obj = FewestRunning()
+    built = make_policies({"prefill": "round_robin", "decode": obj})
+    assert built["decode"] is obj
+    fresh = make_policies({"decode": FewestRunning})["decode"]
+    assert isinstance(fresh, FewestRunning) and fresh is not obj
+    with pytest.raises(ConfigError, match="does not subclass"):
+        make_policies({"prefill": FewestRunning})
+    with pytest.raises(ConfigError, match=r"policy\.decode: got int"):
+        make_policies({"decode": 3})
+
+
+def test_an_ambiguous_name_says_which_point_to_set():
+    with pytest.raises(ConfigError) as exc:
+        candidates.resolve("jsq")
+    msg = str(exc.value)
+    assert "set point=prefill|decode" in msg and "JoinShortestQueue" in msg and "least_kv" not in msg
+    assert candidates.resolve("jsq", "decode").point == "decode"
+
+
+def test_a_mistyped_name_gets_did_you_mean():
+    with pytest.raises(ConfigError, match="did you mean 'least_kv'"):
+        candidates.resolve("least_kvv")
+    with pytest.raises(ConfigError, match="did you mean 'sbs_cache'"):
+        make_policies({"prefill": "sbs_cach"})
+
+
+def test_a_policy_name_wins_over_a_folder_of_that_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "br0").mkdir()  # e.g. pdgym-eval policy=br0 hydra.run.dir=br0 created it
+    assert candidates.resolve("br0").kind == "baseline"
+
+
+class FewestRunning(DecodeRouter):
+    """A user's router (the first-week trial's): each pooled request to the worker with the fewest requests."""
+
+    def route(self, sim, inst):
+        d = sim.decode[inst]
+        for rid in list(sim.pool):
+            free = d.batch < d.batch_limit
+            if not free.any():
+                return
+            sim.admit(rid, inst, int(min(range(len(d.batch)), key=lambda w: (not free[w], d.batch[w]))))
