@@ -478,7 +478,7 @@ def test_broken_sweep_job_is_one_line_and_writes_no_table(case, tmp_path, monkey
         sweep_table.main([str(tmp_path), "ttft_mean"])
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-sweep-table: error: "), err
+    assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith("pdgym-table: error: "), err
     assert words in lines[0] and "Traceback" not in err, lines[0]
     assert not (tmp_path / "sweep_table.csv").exists()
 

@@ -178,3 +178,40 @@ def test_add_copies_a_run_scores_it_and_writes_the_index(tmp_path):
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no temporary left behind
     p = cli("pdgym.agents.zoo", "add", "Bad/Name", str(run), "--command", "x", "--zoo", str(root))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "not allowed" in p.stderr
+
+
+# --------------------------------------------------------------------------- where an entry belongs
+def test_a_zoo_agent_on_another_scenario_warns_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pdgym.agents.evaluation.evaluate", "policy=zoo:decode_ht_n16",
+                        "scenario=decode_tier_n8", "workload.num_requests=60", "seeds=[0]", "progress=false",
+                        "hydra.run.dir=out"], capture_output=True, text=True, timeout=180, check=False, cwd=tmp_path,
+                       env=ENV_VARS)
+    assert r.returncode == 0, r.stderr[-2000:]
+    warn = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warn) == 1 and "trained on decode_tier_ht_n16" in warn[0] and "decode_tier_n8 is a transfer" in warn[0]
+
+
+def test_a_zoo_entrys_training_overrides_apply_on_its_own_scenario_unless_given():
+    from pdgym.agents.evaluation import transfer
+    from pdgym.envs.scenario import load_scenario
+
+    cand = candidates.resolve("zoo:decode_ht_n16")
+    rate = next(float(o.split("=")[1]) for o in zoo.entry("decode_ht_n16")["overrides"] if o.startswith("workload.rate="))
+    default = load_scenario("decode_tier_ht_n16").raw
+    assert default["workload"]["rate"] != rate
+    data, applied = transfer.with_training_traffic(dict(default, scenario_name="decode_tier_ht_n16"), cand, default)
+    assert data["workload"]["rate"] == rate and "workload.rate=269.6" in applied
+    assert default["workload"]["rate"] != rate  # the scenario's own dict is untouched
+    given = load_scenario("decode_tier_ht_n16", ["workload.rate=100"]).raw  # the command line wins
+    data, applied = transfer.with_training_traffic(dict(given, scenario_name="decode_tier_ht_n16"), cand, default)
+    assert data["workload"]["rate"] == 100 and not any(o.startswith("workload.rate") for o in applied)
+    other = load_scenario("decode_tier_n8").raw  # elsewhere nothing is applied (the warning says it is a transfer)
+    assert transfer.with_training_traffic(dict(other, scenario_name="decode_tier_n8"), cand, other)[1] == []
+
+
+def test_pdgym_zoo_list_shows_training_overrides_and_the_rescore_command(capsys):
+    assert curate.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for ent in zoo.read_index().values():
+        assert f"re-score: {ent['rescore']['command']}" in out
+        assert f"trained on {ent['scenario']} {' '.join(ent['overrides'])}" in out

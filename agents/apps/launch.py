@@ -83,3 +83,11 @@ def enjoy():
 
 def profile():
     return launch("pdgym-profile", "pdgym.agents.apps.profile")
+
+
+def zoo():
+    return launch("pdgym-zoo", "pdgym.agents.zoo.curate")
+
+
+def table():
+    launch("pdgym-table", "pdgym.agents.apps.sweep_table")  # main returns the table: the exit status is 0

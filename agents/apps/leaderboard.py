@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
-from pdgym.agents.evaluation import candidates, stalls
+from pdgym.agents.evaluation import candidates, stalls, transfer
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
@@ -248,6 +248,11 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     every scenario has runs (else `latest` stays and the app exits 1)."""
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
+    for sc in scenarios:  # an agent ranked on another scenario than its training one: one line each (a transfer)
+        for label, kind, spec in _candidates(sc, agents):
+            if kind == "agent":
+                transfer.warn_transfer("pdgym-leaderboard", label, _resolve_cached(label, kind, spec, sc.point),
+                                       sc.scenario)
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
                 if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios

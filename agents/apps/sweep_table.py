@@ -1,12 +1,17 @@
-"""`python -m pdgym.agents.apps.sweep_table DIR`: one table from a pdgym-sim multirun's jobs.
+"""`pdgym-table DIR [metric ...]`: one table from a multirun's jobs (pdgym-sim, pdgym-eval or pdgym-train).
 
     pdgym-sim -m policy/decode=least_kv,br0 seed=0,1,2 scenario=decode_tier_n8 hydra.sweep.dir=DIR
-    python -m pdgym.agents.apps.sweep_table DIR [metric ...]
+    pdgym-eval -m policy=least_kv,br0 scenario=decode_tier_n8 workload.num_requests=300 hydra.sweep.dir=DIR
+    pdgym-train -m agent.kwargs.learning_rate=1e-4,3e-4 seed=0,1 hydra.sweep.dir=DIR    (metric: objective)
+    pdgym-table DIR [metric ...]
 
 Every complete job (DIR/*/metrics.json; a job without it was interrupted and is skipped, counted)
 is grouped by its overrides minus `seed`; per group and metric: mean, 95% percentile-bootstrap
 interval of the mean over seeds (inside [min, max] of the values, so never below zero for a
-non-negative metric) and the number of seeds. Writes DIR/sweep_table.csv and prints the table.
+non-negative metric) and the number of seeds. A job's value is pdgym-sim's metric, pdgym-eval's mean over
+its seeds (a job with a STALLED seed has none: NaN) or pdgym-train's best validation value (`objective`) and
+final validation metrics. A metric the jobs lack is one line, exit 2. Writes DIR/sweep_table.csv and prints the
+table.
 """
 
 from __future__ import annotations
@@ -40,7 +45,18 @@ def read_job(job: Path) -> tuple[list[str], dict]:
     metrics = safe_files.read_json(path, MAX_METRICS_BYTES, "DIR", within=job)
     if not isinstance(metrics, dict):
         raise ConfigError(f"DIR: {path} holds a JSON {type(metrics).__name__}, not the object pdgym-sim writes")
-    return overrides, metrics
+    return overrides, flat(metrics)
+
+
+def flat(doc: dict) -> dict:
+    """A job's metrics as {metric: value}: pdgym-sim's as written; pdgym-eval's {metrics: {m: {mean, ...}}} as each
+    mean; pdgym-train's {objective, val_final: {m: value}} as the objective and the final validation values."""
+    inner = doc.get("metrics")
+    if isinstance(inner, dict) and inner and all(isinstance(v, dict) and "mean" in v for v in inner.values()):
+        return {k: v["mean"] for k, v in inner.items()}
+    if isinstance(doc.get("val_final"), dict):
+        return {"objective": doc.get("objective"), **doc["val_final"]}
+    return doc
 
 
 def read_jobs(sweep_dir: Path) -> tuple[list[tuple[Path, dict]], int]:
@@ -85,7 +101,7 @@ def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    app = "pdgym-sweep-table"
+    app = "pdgym-table"
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print((__doc__ or "").strip())
@@ -100,7 +116,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     runs = pd.DataFrame([row for _, row in jobs])
     if runs.empty:
         fail(app, f"DIR: no complete job in {str(sweep_dir)!r} (no */metrics.json beside */.hydra/overrides.yaml)")
-    metrics = argv[1:] or [m for m in DEFAULT_METRICS if m in runs]
+    metrics = argv[1:] or [m for m in (*DEFAULT_METRICS, "objective") if m in runs]
+    if not metrics:
+        fail(app, f"metric: none of {', '.join(DEFAULT_METRICS)} in these jobs; give one of: "
+             f"{', '.join(c for c in runs if c not in ('group', 'seed'))}")
     unknown = [m for m in metrics if m not in runs]
     if unknown:
         fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed'))}")

@@ -418,6 +418,7 @@ def _app(cfg) -> dict:
     cand, seeds, split_name, show, budget, others = checked(data)
     split = data["splits"][split_name] if split_name else None
     scenario = data.get("scenario_name", "scenario")
+    data = agent_traffic(data, cand, scenario)
     ev = evaluate(data, cand, seeds, split, others, progress=bool(data["progress"]),
                   desc=f"{cand.label} on {scenario}", budget_s=budget)
     out = run_dir()
@@ -425,8 +426,9 @@ def _app(cfg) -> dict:
     stats = ev.stats()
     ci = escape("[min, max]") if len(seeds) <= 2 else "95% CI"  # a bootstrap over 2 seeds is their range
     t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
-              caption=(escape("[min, max] over the 2 seeds (a 95% interval needs more)") if len(seeds) <= 2
-                       else "95% CI: percentile bootstrap of the mean over seeds"))
+              caption=("one seed: no interval" if len(seeds) == 1 else escape("[min, max] of the 2 seeds (a 95% "
+                       "interval needs more seeds)") if len(seeds) == 2 else "95% CI: percentile bootstrap of the mean "
+                       "over seeds"))
     for col in ("metric", "direction", "mean", ci, "std"):
         t.add_column(col, justify="left" if col in ("metric", "direction") else "right")
     for k in show:
@@ -444,6 +446,22 @@ def _app(cfg) -> dict:
     stalls.refuse("pdgym-eval", [f"{cand.label} seed {s}" for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]],
                   bool(data.get("allow_stalled")))
     return stats
+
+
+def agent_traffic(data: dict, cand: Candidate, scenario: str) -> dict:
+    """An agent on another scenario than its training one: one warning line; a zoo agent on its own: its training
+    overrides where the command line left the scenario's values (agents/evaluation/transfer.py)."""
+    from pdgym.agents.evaluation import transfer
+    from pdgym.envs.scenario import load_scenario
+
+    if cand.kind != "agent":
+        return data
+    transfer.warn_transfer("pdgym-eval", cand.label, cand, scenario)
+    data, applied = transfer.with_training_traffic(data, cand, load_scenario(scenario).raw)
+    if applied:
+        print(f"{cand.label}: its training traffic applied: {' '.join(applied)} (give a key on the command line to "
+              "change it)", flush=True)
+    return data
 
 
 def alias_policy_argv(argv: list[str]) -> list[str]:

@@ -1,10 +1,10 @@
-"""Adding, listing and re-scoring the zoo's entries (`python -m pdgym.agents.zoo`; the store is
+"""Adding, listing and re-scoring the zoo's entries (`pdgym-zoo`, or `python -m pdgym.agents.zoo`; the store is
 agents/learned/zoo.py).
 
-    python -m pdgym.agents.zoo list
-    python -m pdgym.agents.zoo add NAME RUN_DIR --command "pdgym-train experiment=..." [--commit C]
+    pdgym-zoo list                 # each entry: scenario and training overrides, committed values, re-score command
+    pdgym-zoo add NAME RUN_DIR --command "pdgym-train experiment=..." [--commit C]
         [--reference BASELINE] [--seeds 0 1] [--split test] [--rescore workload.num_requests=200] [--note TEXT]
-    python -m pdgym.agents.zoo check [NAME ...]
+    pdgym-zoo check [NAME ...]
 
 `add` copies a pdgym-train run's model (best_model.zip, as pdgym-eval picks it) into the zoo, re-scores it on
 the rescore seeds (the split's run indices, the scenario it was trained on with the rescore overrides: a few
@@ -31,7 +31,7 @@ from pdgym.agents.learned import model_store, zoo
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 
-APP = "python -m pdgym.agents.zoo"
+APP = "pdgym-zoo"
 # Recorded per seed for every entry (besides its own primary metric): what a re-score compares.
 METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "throughput_tok_s", "imbalance_mean", "rps", "finished", "rejected")
 REL_TOL = 1e-6
@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "list":
         for name, ent in read_sorted(root):
             print(summary_line(name, ent))
+            print(f"  trained on {ent['scenario']} {' '.join(ent['overrides'])}".rstrip()
+                  + f" by: {ent['trained']['command']}")
+            print(f"  re-score: {ent['rescore'].get('command') or rescore_command(name, ent)}")
         return 0
     if args.cmd == "add":
         ent = add(args.name, args.run, args.command, args.commit, args.reference, args.seeds,
