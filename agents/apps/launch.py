@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 
@@ -43,6 +44,8 @@ def _interrupted_exit(app: str):
 def launch(app: str, module: str) -> object:
     """Import `module` and run its `main()`; a Ctrl-C anywhere outside the app's own handler is one line, 130."""
     sys.unraisablehook = _interrupt_main_instead(sys.unraisablehook)
+    if not sys.stderr.isatty():  # a log file, a pipe, CI: tqdm's default is no bar (its redraws fill logs with \r)
+        os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         return importlib.import_module(module).main()
     except KeyboardInterrupt:

@@ -121,7 +121,7 @@ def main(cfg: DictConfig) -> dict:
     for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
         (out / stale).unlink(missing_ok=True)
     results, passes = {}, {}
-    for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1):
+    for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1 or None):
         if cfg.get("trace", False):
             results[label], passes[label] = simulate_traced(sim_cfg, pols, seed=seed)
         else:
@@ -150,7 +150,9 @@ def main(cfg: DictConfig) -> dict:
             write_trace(dirs[label] / "trace.json", passes[label], results[label].requests)
     results[first].write(out, tables)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
-    Console().print(metrics_table(rows, f"{scenario} (seed {seed})"))
+    table = metrics_table(rows, f"{scenario} (seed {seed})")
+    console = Console()  # not a terminal (a pipe, a log): rich's 80 columns would cut the values; take what it needs
+    console.print(table, width=max(console.width, console.measure(table).maximum))
     print(f"results in {out}")
     return rows
 

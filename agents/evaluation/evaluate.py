@@ -339,7 +339,7 @@ def evaluate(raw: dict, cand: Candidate, seeds: list[int], split: dict | None = 
     check(ok and len(seeds) > 0, "seeds", f"got {seeds!r}; must be a non-empty list of run indices, e.g. [0, 1, 2]")
     others = dict(raw.get("policy") or {}) if others is None else others
     per_seed, tables = [], []
-    with tqdm(total=0, desc=desc or cand.label, unit="req", disable=not progress, leave=False) as bar:
+    with tqdm(total=0, desc=desc or cand.label, unit="req", disable=not progress or None, leave=False) as bar:
         for k, i in enumerate(seeds):
             bar.set_postfix_str(f"seed {k + 1}/{len(seeds)}")
             base = bar.n

@@ -211,7 +211,7 @@ def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[in
                   for sc, label, kind, spec, i in jobs)
     rows, failures = [], []
     for (sc, label, kind, _, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
-                                           disable=not progress):
+                                           disable=not progress or None):  # None: no bar when not a terminal
         if r["ok"]:
             rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"],
                          "stopped": r["stopped"]})

@@ -38,7 +38,7 @@ def collect(make_env, teacher_spec, point: str, episodes: int, max_steps: int, g
 
     env = make_env()
     obs_l, mask_l, act_l, ret_l, ep_returns = [], [], [], [], []
-    bar = tqdm(total=max_steps, desc=f"BC: collecting {teacher_spec}", disable=not progress, leave=False)
+    bar = tqdm(total=max_steps, desc=f"BC: collecting {teacher_spec}", disable=not progress or None, leave=False)
     n = 0
     for ep in range(episodes):
         teacher = make_policy(point, teacher_spec)

@@ -199,7 +199,7 @@ def train(data: dict, out: Path) -> dict:
               flush=True)
     else:
         model.learn(remaining, callback=[C.EpisodeMetricsCallback(), log, evaluator, ckpt],
-                    progress_bar=app.progress, reset_num_timesteps=resumed is None)
+                    progress_bar=app.progress and sys.stdout.isatty(), reset_num_timesteps=resumed is None)
     ckpt.init_callback(model)
     ckpt.save()
     saver(model, out / "final_model.zip")
