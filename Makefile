@@ -1,10 +1,10 @@
-# Two commands do everything on a fresh machine: `make run` and `make test`.
+# Three commands do everything on a fresh machine: `make demo` (seconds, once installed), `make run` and `make test`.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test explore bench fidelity lint wheel-check ray-check clean
+.PHONY: demo run test explore bench fidelity lint wheel-check ray-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev,optuna,launchers,parquet]"
 	touch $(STAMP)
+
+# A seconds-long board (two scenarios, two seeds) that prints its tables: the first thing to run.
+demo: $(STAMP)
+	WANDB_MODE=offline $(BIN)/pdgym-leaderboard preset=demo out_dir=runs/demo
 
 run: $(STAMP)
 	WANDB_MODE=offline $(BIN)/pdgym-leaderboard preset=quick

@@ -130,3 +130,26 @@ def test_a_module_class_named_by_a_stored_file_is_refused_not_imported(tmp_path,
         assert marker.exists()
     finally:
         sys.modules.pop("evilmod", None)
+
+
+def test_the_worked_prefill_dispatcher_runs_from_python_and_the_command_line(tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "concepts.md").read_text()
+    blocks = re.findall(r"```python\n(# my_dispatcher\.py.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, "docs/concepts.md holds one python block starting '# my_dispatcher.py'"
+    (tmp_path / "my_dispatcher.py").write_text(blocks[0])
+    monkeypatch.chdir(tmp_path)
+    try:
+        sc = load_scenario("ds_v3_h800_3p1d", ["workload.num_requests=300"])
+        res = simulate(sc.sim, make_policies({**sc.policy, "prefill": "my_dispatcher:FewestTokens"}), seed=0)
+    finally:
+        sys.modules.pop("my_dispatcher", None)
+    r = res.requests
+    assert (r.status == "finished").all() and len(r) == 300
+    # what it states: dispatched on arrival (nothing held), and the tokens spread over every prefill instance
+    assert ((r.dispatch - r.arrival).abs() < 1e-9).all()
+    assert r.prefill_inst.nunique() == sc.sim.cluster.prefill.count
+    p = _cli("pdgym-eval", "policy=my_dispatcher:FewestTokens", "scenario=ds_v3_h800_3p1d", "workload.num_requests=300",
+             "seeds=[0]", "progress=false", "hydra.run.dir=ev", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    m = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert m["point"] == "prefill" and m["metrics"]["finished"]["mean"] == 300

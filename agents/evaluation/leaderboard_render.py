@@ -68,7 +68,8 @@ def scenario_frame(table: pd.DataFrame, sc: BoardScenario, metrics: list[str], p
     names = [p + (f" (= {', '.join(aliases[(sc.key, p)])})" if (sc.key, p) in aliases else "") for p in pols]
     out = pd.DataFrame({"rank": range(1, len(pols) + 1), "policy": names, "kind": [kinds[p] for p in pols]})
     prim = _cell(t, sc.primary)
-    out[f"{with_unit(sc.primary)} mean [95% CI]"] = [prim.get(p, "-") for p in pols]
+    few = len(seeds) and int(seeds.max()) <= 2  # a bootstrap over 2 seeds is their range: said so
+    out[f"{with_unit(sc.primary)} mean {'[min, max]' if few else '[95% CI]'}"] = [prim.get(p, "-") for p in pols]
     if pairs is not None and len(pairs):
         pr = pairs[pairs.scenario == sc.key].set_index("policy")
         col = []
