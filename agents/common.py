@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pdgym.agents import run_folder
 from pdgym.envs.compose_errors import config_choices, group_options, hydra_error_line, new_root_key
 from pdgym.envs.sim.config import ConfigError, SimConfig, check_footprint, check_key_path, sim_config
+from pdgym.envs.sim.validation import did_you_mean
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))
 DEFAULT_MEMORY_LIMIT_GB = 8.0
@@ -200,7 +201,7 @@ def check_group_choices(argv: list[str], app: str) -> None:
         if value == "":
             fail(app, f"{key}: empty; allowed: {', '.join(options)}")
         if value not in options:
-            fail(app, f"{key}: unknown {value!r}; allowed: {', '.join(options)}")
+            fail(app, f"{key}: unknown {value!r}; {did_you_mean(value, options)}allowed: {', '.join(options)}")
 
 
 # --------------------------------------------------------------------------- Hydra front door

@@ -24,6 +24,7 @@ from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
+from pdgym.envs.sim.validation import did_you_mean
 
 
 class _Protocols(Mapping):
@@ -195,14 +196,6 @@ def _preset(kind: str, name: str) -> dict:
     if "_self_" not in defaults:
         merged = OmegaConf.merge(merged, node)
     return OmegaConf.to_container(merged, resolve=True)
-
-
-def did_you_mean(word: Any, options) -> str:
-    """'did you mean X? ' for the closest of `options` to a mistyped `word` (difflib), else ''."""
-    import difflib
-
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1) if isinstance(word, str) else []
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def make_policy(kind: str, spec: str | Mapping[str, Any] | type | Any | None):

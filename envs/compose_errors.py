@@ -11,6 +11,7 @@ import importlib.resources
 import re
 
 from omegaconf import DictConfig, OmegaConf
+from pdgym.envs.sim.validation import did_you_mean
 
 
 def group_options(group: str) -> list[str]:
@@ -57,7 +58,7 @@ def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str)
         if m:
             group, value = m.group(1), m.group(2)
             options = group_options(group) or [ln for ln in lines[2:] if not ln.startswith(("Config", "provider"))]
-            what = "empty" if value == "" else f"unknown {value!r}"
+            what = "empty" if value == "" else f"unknown {value!r}; {did_you_mean(value, options)}".rstrip("; ")
             return f"{group}: {what}; allowed: {', '.join(options)}"
         return first
     if isinstance(exc, OverrideParseException):

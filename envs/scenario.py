@@ -14,6 +14,7 @@ from functools import lru_cache
 from omegaconf import OmegaConf
 from pdgym.envs.compose_errors import hydra_error_line
 from pdgym.envs.sim.config import ConfigError, SimConfig, sim_config
+from pdgym.envs.sim.validation import did_you_mean
 
 
 @dataclass
@@ -53,7 +54,7 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
         raise ConfigError(f"overrides: got {overrides!r}; must be a list of 'key=value' strings, "
                           "e.g. ['workload.num_requests=600']")
     if name not in names:
-        raise ConfigError(f"scenario: unknown {name!r}; allowed: {', '.join(names)}")
+        raise ConfigError(f"scenario: unknown {name!r}; {did_you_mean(name, names)}allowed: {', '.join(names)}")
     raw = _compose(name, tuple(overrides))
     sim = sim_config({k: raw[k] for k in ("hardware", "model", "cluster", "workload", "cost", "faults", "slo",
                                           "oracle", "max_sim_time_s")})

@@ -84,7 +84,7 @@ def test_profiles_from_mappings():
     assert load_hardware(OmegaConf.create(fields)) == hw  # what Hydra puts in cfg.hardware
     assert load_hardware(hw) is hw
     assert load_model(dataclasses.asdict(load_model("qwen3_8b"))) == load_model("qwen3_8b")
-    with pytest.raises(ConfigError, match=r"^hardware\.hbm_gbps: unknown key; allowed: name, hbm_bw"):
+    with pytest.raises(ConfigError, match=r"^hardware\.hbm_gbps: unknown key; did you mean 'hbm_bw'\? allowed: name, hbm_bw"):
         load_hardware({**fields, "hbm_gbps": 4800})
     with pytest.raises(ConfigError, match=r"^hardware\.mfu: missing"):
         load_hardware({k: v for k, v in fields.items() if k != "mfu"})

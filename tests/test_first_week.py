@@ -318,3 +318,40 @@ def test_leaderboard_entry_points_name_what_they_take():
     assert _error(lambda: board_scenarios(["decode"])).startswith("scenarios: got ['decode']; must be a mapping")
     msg = _error(lambda: board_scenarios({"d": "decode_tier_n8"}))
     assert msg.startswith("scenarios.d: got 'decode_tier_n8'; must be a mapping with keys scenario, point, primary")
+
+
+# --------------------------------------------------------------------------- issue 37's smaller items
+def _app(*args: str, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([str(Path(sys.executable).parent / args[0]), *args[1:]], capture_output=True, text=True,
+                          cwd=cwd, timeout=300, check=False, env=dict(os.environ, WANDB_MODE="disabled"))
+
+
+def test_bars_are_off_and_tables_whole_when_the_output_is_not_a_terminal(tmp_path):
+    # progress=true is pdgym-eval's default; captured output is no terminal: no carriage-return redraws
+    r = _app("pdgym-eval", "policy=least_kv", "scenario=decode_tier_n8", "workload.num_requests=60", "seeds=[0]",
+             "hydra.run.dir=ev", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "\r" not in r.stderr and "\r" not in r.stdout
+    sets = ", ".join(f"{{label: set_{i}, decode: {n}}}" for i, n in enumerate(["least_kv", "br0", "jsq", "random",
+                                                                               "power_of_two", "round_robin"]))
+    r = _app("pdgym-sim", "scenario=decode_tier_n8", "workload.num_requests=60", "plots=false", f"compare=[{sets}]",
+             "hydra.run.dir=sim", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "\r" not in r.stderr and "…" not in r.stdout  # no column cut to rich's 80 when piped
+    assert all(f"set_{i}" in r.stdout for i in range(6))
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["pdgym-sim", "workload.rat=3"], "workload.rat: unknown key; did you mean 'rate'?"),
+    (["pdgym-sim", "scenario=decode_tier_n17"], "did you mean 'decode_tier_n16'?"),
+    (["pdgym-eval", "policy=least_kvv"], "did you mean 'least_kv'?"),
+])
+def test_a_mistyped_key_or_name_on_the_command_line_gets_did_you_mean(tmp_path, args, hint):
+    r = _app(*args, "hydra.run.dir=out", cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and hint in lines[0], r.stderr[-1000:]

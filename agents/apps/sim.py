@@ -150,9 +150,8 @@ def main(cfg: DictConfig) -> dict:
             write_trace(dirs[label] / "trace.json", passes[label], results[label].requests)
     results[first].write(out, tables)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
-    table = metrics_table(rows, f"{scenario} (seed {seed})")
-    console = Console()  # not a terminal (a pipe, a log): rich's 80 columns would cut the values; take what it needs
-    console.print(table, width=max(console.width, console.measure(table).maximum))
+    console = Console()  # not a terminal (a pipe, a log): rich's 80 columns would cut the names; the table's own width
+    Console(width=None if console.is_terminal else 400).print(metrics_table(rows, f"{scenario} (seed {seed})"))
     print(f"results in {out}")
     return rows
 

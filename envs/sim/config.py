@@ -376,7 +376,8 @@ def _build(cls, data: Any, key: str):
     for k, v in data.items():
         sub_key = f"{key}.{k}" if key else k
         if k not in fields:
-            raise ConfigError(f"{sub_key}: unknown key; allowed: {', '.join(fields)}")
+            from .validation import did_you_mean
+            raise ConfigError(f"{sub_key}: unknown key; {did_you_mean(k, fields)}allowed: {', '.join(fields)}")
         _check_type(fields[k], v, sub_key)
         sub = _NESTED.get((cls, k))
         if sub is not None and v is None and "None" not in str(fields[k].type):
@@ -469,7 +470,9 @@ def check_key_path(path: str) -> None:
     for i, part in enumerate(parts):
         names = [f.name for f in dataclasses.fields(cls)]
         if part not in names:
-            raise ConfigError(f"{'.'.join(parts[:i + 1])}: unknown key; allowed: {', '.join(names)}")
+            from .validation import did_you_mean
+            raise ConfigError(f"{'.'.join(parts[:i + 1])}: unknown key; {did_you_mean(part, names)}allowed: "
+                              f"{', '.join(names)}")
         sub = _NESTED.get((cls, part))
         if sub is None:
             return

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .config import ConfigError, check, check_positive
+from .validation import did_you_mean
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +55,7 @@ def build_profile(cls: type, data: Mapping, key: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: unknown key; allowed: {', '.join(fields)}")
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; {did_you_mean(unknown[0], fields)}allowed: {', '.join(fields)}")
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         if name not in data:
@@ -91,7 +92,7 @@ def read_profile(cls: type, group: str, name: str):
     """Load a shipped profile by name; an unknown name lists the allowed ones (one line)."""
     names = profile_names(group)
     if name not in names:
-        raise ConfigError(f"{group}: unknown {name!r}; allowed: {', '.join(names)}")
+        raise ConfigError(f"{group}: unknown {name!r}; {did_you_mean(name, names)}allowed: {', '.join(names)}")
     text = importlib.resources.files("pdgym.conf").joinpath(group, f"{name}.yaml").read_text()
     data = yaml.safe_load(text)
     check(isinstance(data, dict), f"{group}.{name}", "profile file is not a mapping")

@@ -78,3 +78,11 @@ def check_params(params: Any, allowed: tuple[str, ...], key: str, owner: str) ->
     """Every key of the mapping `params` is one of `allowed` (`key.NAME: unknown for OWNER; allowed: ...`)."""
     for k in params:
         check(k in allowed, f"{key}.{k}", f"unknown for {owner}; allowed: {', '.join(allowed) or 'none'}")
+
+
+def did_you_mean(word: Any, options) -> str:
+    """'did you mean X? ' for the closest of `options` to a mistyped `word` (difflib, as gym.make), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1) if isinstance(word, str) else []
+    return f"did you mean {close[0]!r}? " if close else ""
