@@ -4,6 +4,8 @@ make_policies takes policy objects and classes; an ambiguous or mistyped name sa
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pdgym.agents.evaluation import candidates
 from pdgym.baselines import make_policies, registered
@@ -97,3 +99,14 @@ class FewestRunning(DecodeRouter):
             if not free.any():
                 return
             sim.admit(rid, inst, int(min(range(len(d.batch)), key=lambda w: (not free[w], d.batch[w]))))
+
+
+def test_a_board_takes_every_prefill_name_as_a_baseline():
+    from pdgym.agents.apps import leaderboard as L
+    from pdgym.agents.evaluation.leaderboard_run import board_scenarios
+
+    (sc,) = board_scenarios({"p": {"scenario": "ds_v3_h800_3p1d", "point": "prefill", "primary": "ttft_mean",
+                                   "baselines": names("prefill")}})
+    L.check_candidates(sc)  # raises on a name the board could not run
+    with pytest.raises(ConfigError, match="did you mean 'sbs_cache'"):
+        L.check_candidates(dataclasses.replace(sc, baselines=["sbs_cach"]))
