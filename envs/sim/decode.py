@@ -28,7 +28,8 @@ class DecodeInstance(Stepper):
 
     HANDLERS = {EventKind.DECODE_END: "end_step", EventKind.DECODE_START: "start_step"}  # event kind -> method
 
-    def __init__(self, sim: Host, idx: int, dp: int, batch_limit: int, kv_cap: int, cost):
+    def __init__(self, sim: Host, idx: int, dp: int, batch_limit: int, kv_cap: int, cost,
+                 asleep: set[int] | None = None):
         super().__init__()
         self.sim = sim
         self.idx = idx
@@ -43,6 +44,10 @@ class DecodeInstance(Stepper):
         self.active = [set() for _ in range(dp)]
         self.busy = False
         self.start_queued = False  # a DECODE_START event is on the heap
+        # The indices of the instances of this tier that are neither stepping nor queued to start (shared by the tier,
+        # kept by wake / start_step / end_step): a KV transfer wakes those, not the whole tier (issue 36's scale).
+        self.asleep = {idx} if asleep is None else asleep
+        self.asleep.add(idx)
         self.step_start = 0.0
         self.step_end = 0.0
         self.zeros = np.zeros(dp)
@@ -61,6 +66,7 @@ class DecodeInstance(Stepper):
         """Queue a step start now unless the instance is stepping or one is queued."""
         if not self.busy and not self.start_queued:
             self.start_queued = True
+            self.asleep.discard(self.idx)
             self.sim.push(self.sim.now, DECODE_START, self)
 
     def admit(self, rid: int, worker: int) -> bool:
@@ -84,6 +90,9 @@ class DecodeInstance(Stepper):
         if self.busy:
             return
         sim = self.sim
+        if not sim.pool and self.n_batch == 0:  # nothing to admit and nothing running (so no KV): what follows is a no-op
+            self.rest()
+            return
         if sim.pool and self.n_batch < self.slots:
             sim.policies["decode"].route(sim.view, self.idx)
             if sim.paused:  # an agent decides the admissions; replay this start afterwards
@@ -98,6 +107,7 @@ class DecodeInstance(Stepper):
             if over.any() and sim.pool:
                 # every running request was just rejected: admit from the pool again, or it would wait forever
                 self.wake()
+            self.rest()
             return
         dur = self.cost.pass_time(self.zeros, self.zeros, self.batch, self.kv)
         now = sim.now
@@ -147,3 +157,10 @@ class DecodeInstance(Stepper):
         sim.pass_ended(DECODE_PASS, self.idx)
         if nb or sim.pool:
             self.start_step()
+        else:
+            self.rest()
+
+    def rest(self) -> None:
+        """Neither stepping nor queued to start: the next KV transfer (or a router's timer) wakes it."""
+        if not self.busy and not self.start_queued:
+            self.asleep.add(self.idx)

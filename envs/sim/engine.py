@@ -83,6 +83,7 @@ class Simulator:
         self.prefill: list[PrefillInstance] = []
         self.decode: list[DecodeInstance] = []
         self.colocated: list[ColocatedInstance] = []
+        self._decode_asleep: set[int] = set()
         getattr(self, f"_build_{cl.topology}")()  # one builder per topology (config: cluster.topology)
         self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
         self._net = cl.net_latency_s
@@ -133,7 +134,9 @@ class Simulator:
                                         p.dp_dispatch, blocks)
                         for i in range(n_prefill)]
         kv_cap = self._kv_capacity(d, "cluster.decode")
-        self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost) for i in range(d.count)]
+        asleep: set[int] = set()  # decode instances neither stepping nor queued to start (decode.py keeps it)
+        self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost, asleep) for i in range(d.count)]
+        self._decode_asleep = asleep
         self.prefill_healthy = np.arange(n_prefill) < p.count
         for inst in self.prefill[p.count:]:
             inst.up = False
@@ -428,8 +431,11 @@ class Simulator:
     def _kv_ready(self, rid: int) -> None:
         self.req.state[rid] = R.POOL
         self.pool[rid] = None
-        for d in self.decode:
-            d.wake()
+        asleep = self._decode_asleep
+        if asleep:  # the others step or are about to start, and will see the pool then; in index order, as a scan
+            decode = self.decode
+            for i in sorted(asleep) if len(asleep) > 1 else tuple(asleep):
+                decode[i].wake()
 
     def end_forward(self, inst: int, fwd: float) -> None:
         """EndForward of a prefill pass reaches the scheduler, unless the fault injector drops it."""
