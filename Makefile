@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,optuna,launchers,parquet]"
+	$(BIN)/pip install -q -e ".[dev,optuna,launchers,parquet,compiled]"
 	touch $(STAMP)
 
 # A seconds-long board (two scenarios, two seeds) that prints its tables: the first thing to run.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -26,6 +27,7 @@ from pdgym.envs.sim import simulate
 from pdgym.envs.sim.metrics import PREFIX_KEYS
 
 GOLDEN = Path(__file__).parent / "golden" / "digests.json"
+ENGINES = ["python"] + (["numba"] if importlib.util.find_spec("numba") else [])  # compiled: when numba is installed
 UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
 
 # Where each decision point's baselines run: a scenario small enough for the suite.
@@ -93,10 +95,10 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_case(scen: str, overrides: tuple[str, ...], over: dict) -> dict:
-    """Digests of one run's metrics (minus wall time), request and step tables."""
+def run_case(scen: str, overrides: tuple[str, ...], over: dict, engine: str = "python") -> dict:
+    """Digests of one run's metrics (minus wall time), request and step tables, on one engine."""
     sc = load_scenario(scen, overrides)
-    cfg = merge_sim_config(sc.sim, over)
+    cfg = merge_sim_config(sc.sim, {**over, "engine": engine})
     policies = {k: make_policy(k, v) for k, v in sc.policy.items() if v is not None}
     res = simulate(cfg, policies, seed=7)
     metrics = res.metrics()
@@ -172,6 +174,11 @@ def test_every_registered_baseline_is_covered():
 
 
 @pytest.mark.parametrize("case", sorted(ALL))
-def test_golden(case):
-    got = run_case(*ALL[case])  # asserts the conservation law on the run
-    match_or_record(GOLDEN, case, got, "outputs changed (behaviour change? regenerate and say why in the commit)")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_golden(case, engine):
+    """Every engine gives the digests: the compiled kernels are the Python path's twins (issue 36 item 1)."""
+    if UPDATE and engine != "python":
+        pytest.skip("the digests are recorded from engine=python")
+    got = run_case(*ALL[case], engine=engine)  # asserts the conservation law on the run
+    match_or_record(GOLDEN, case, got, f"outputs changed on engine={engine} (behaviour change? regenerate and say "
+                    "why in the commit; a compiled kernel that differs from its Python twin)")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "stable_baselines3", "sb3_contrib", "matplotlib", "wandb", "tensorboard")
+HEAVY = ("torch", "stable_baselines3", "sb3_contrib", "matplotlib", "wandb", "tensorboard", "numba")
 
 
 @pytest.mark.parametrize("module", ["pdgym.agents.apps.sim", "pdgym.envs.sim", "pdgym.baselines"])

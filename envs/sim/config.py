@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .compiled import check_engine
 from .validation import ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
 
 
@@ -350,6 +351,7 @@ class SimConfig:
     slo: SLOConfig = field(default_factory=SLOConfig)
     oracle: bool = False  # expose true output lengths to policies
     max_sim_time_s: float = math.inf  # stop the clock here; unfinished requests are rejected("horizon")
+    engine: str = "python"  # python, or numba: compiled kernels with the same results (compiled.py)
 
     def validate(self) -> SimConfig:
         _check_nested(self, "")  # a SimConfig built in Python (simulate(SimConfig(cluster=None)))
@@ -360,6 +362,7 @@ class SimConfig:
         check_positive(self.slo.ttft_s, "slo.ttft_s")
         check_positive(self.slo.tpot_s, "slo.tpot_s")
         check_positive(self.max_sim_time_s, "max_sim_time_s")  # inf: no horizon
+        check_engine(self.engine)
         return self
 
 

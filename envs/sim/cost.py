@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from . import safe_files
+from . import compiled, safe_files
 from .config import CostConfig, InstanceConfig
 from .hardware import HardwareProfile
 from .models import ModelProfile
@@ -54,6 +54,7 @@ class CostModel(abc.ABC):
 
     last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
     last_unit: np.ndarray | None = None  # per-unit compute seconds of the last call (before the barrier max)
+    decode_kernel: Callable | None = None  # engine=numba: (reqs, kv) -> a decode-only pass_time (compiled.py)
 
     def __init__(self, dp: int):
         self.dp = dp
@@ -191,6 +192,14 @@ class RooflineCost(CostModel):
         comm = float(tok.max()) * self._comm if self._comm else 0.0
         return self._overhead + self._barrier(unit) + comm
 
+    def decode_coef(self) -> tuple[np.ndarray, float, float] | None:
+        """What a compiled decode-only pass_time reads (kernels.COEF order), the comm and overhead seconds; None
+        where it has no twin (experts held per unit: pass_time's vector expm1)."""
+        if self._moe_local:
+            return None
+        return (np.array([self._c_tok[0], self._m_tok[0], self._c_dk[0], self._m_dk[0], self._m_w[0], self._exp_c,
+                          self._exp_read, self._exp_rate, float(self._shared)]), self._comm, self._overhead)
+
 
 def engine_hardware(hw: HardwareProfile, inst: InstanceConfig) -> HardwareProfile:
     """The hardware as this engine's kernels see it: the instance's mfu / mbu / pass_overhead_s where it sets them."""
@@ -322,7 +331,7 @@ COST_MODELS: Registry[Callable[..., CostModel]] = Registry("cost.kind")
 
 
 def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
-                     inst: InstanceConfig) -> CostModel:
+                     inst: InstanceConfig, engine: str = "python") -> CostModel:
     """The cost model `cfg.kind` for one instance shape; bad params fail naming cost.params.X. A full pass of the
     shape (every unit a full chunk, or a full batch) must take a finite time: hardware values that are valid
     one by one (hbm_bw=1e-300) otherwise gave NaN latencies and a result that looked like one."""
@@ -339,6 +348,7 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
         where = "hardware (hbm_bw, flops_*, mfu, mbu, link bandwidths)" if cfg.kind == "roofline" else "cost.params"
         raise ConfigError(f"{where}: a full pass of this instance takes {max(probe)} s under cost.kind={cfg.kind}; "
                           "the values must give a finite, non-negative time")
+    cost.decode_kernel = compiled.decode_time(cost, engine)
     return cost
 
 

@@ -98,24 +98,32 @@ class DecodeInstance(Stepper):
             if sim.paused:  # an agent decides the admissions; replay this start afterwards
                 self.wake()
                 return
-        over = self.kv + self.batch > self.kv_cap
-        if over.any():
-            for w in np.flatnonzero(over).tolist():
+        kv, kernel = self.kv, self.cost.decode_kernel  # engine=numba: this start's NumPy compiled, same values
+        if kernel is None:
+            over = kv + self.batch > self.kv_cap
+            over_any = over.any()
+        else:
+            over_any, dur, kv_max, kv_min = kernel(self.batch, kv, self.kv_cap)
+        if over_any:
+            for w in np.flatnonzero(kv + self.batch > self.kv_cap).tolist():
                 self._relieve(w)
         nb = self.n_batch
         if nb == 0:
-            if over.any() and sim.pool:
+            if over_any and sim.pool:
                 # every running request was just rejected: admit from the pool again, or it would wait forever
                 self.wake()
             self.rest()
             return
-        dur = self.cost.pass_time(self.zeros, self.zeros, self.batch, self.kv)
+        if kernel is None:
+            dur = self.cost.pass_time(self.zeros, self.zeros, self.batch, kv)
+            kv_max, kv_min = int(kv.max()), int(kv.min())
+        elif over_any:  # the batches changed since the kernel ran
+            _, dur, kv_max, kv_min = kernel(self.batch, kv, self.kv_cap)
         now = sim.now
         self.busy = True
         self.step_start = now
         self.step_end = now + dur
-        kv = self.kv
-        sim.record_pass(DECODE_PASS, self, dur, nb, nb, int(kv.max()), int(kv.min()),
+        sim.record_pass(DECODE_PASS, self, dur, nb, nb, kv_max, kv_min,
                         nb / (self.dp * self.batch_limit), self.zeros, self.batch, kv)
         sim.push(now + dur, DECODE_END, self)
 

@@ -83,7 +83,6 @@ class Simulator:
         self.prefill: list[PrefillInstance] = []
         self.decode: list[DecodeInstance] = []
         self.colocated: list[ColocatedInstance] = []
-        self._decode_asleep: set[int] = set()
         getattr(self, f"_build_{cl.topology}")()  # one builder per topology (config: cluster.topology)
         self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
         self._net = cl.net_latency_s
@@ -127,16 +126,15 @@ class Simulator:
         p, d = cl.prefill, cl.decode
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
         pcost = build_cost_model(cost_cfg, hw, model, p)
-        dcost = build_cost_model(cost_cfg, hw, model, d)
+        dcost = build_cost_model(cost_cfg, hw, model, d, self.cfg.engine)
         pkv = self._kv_capacity(p, "cluster.prefill")  # a prefill unit holds a prompt's KV until it is sent to decode
         blocks = self._block_setup(p, pkv)
         self.prefill = [PrefillInstance(self, i, p.dp, p.chunk_tokens, pcost, p.prefix_cache_entries, p.batch_form_s,
                                         p.dp_dispatch, blocks)
                         for i in range(n_prefill)]
         kv_cap = self._kv_capacity(d, "cluster.decode")
-        asleep: set[int] = set()  # decode instances neither stepping nor queued to start (decode.py keeps it)
-        self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost, asleep) for i in range(d.count)]
-        self._decode_asleep = asleep
+        self._asleep: set[int] = set()  # decode instances neither stepping nor queued to start (decode.py keeps it)
+        self.decode = [DecodeInstance(self, i, d.dp, d.batch_limit, kv_cap, dcost, self._asleep) for i in range(d.count)]
         self.prefill_healthy = np.arange(n_prefill) < p.count
         for inst in self.prefill[p.count:]:
             inst.up = False
@@ -431,11 +429,8 @@ class Simulator:
     def _kv_ready(self, rid: int) -> None:
         self.req.state[rid] = R.POOL
         self.pool[rid] = None
-        asleep = self._decode_asleep
-        if asleep:  # the others step or are about to start, and will see the pool then; in index order, as a scan
-            decode = self.decode
-            for i in sorted(asleep) if len(asleep) > 1 else tuple(asleep):
-                decode[i].wake()
+        for i in sorted(self._asleep):  # the others step or are queued to start: they will see the pool then
+            self.decode[i].wake()
 
     def end_forward(self, inst: int, fwd: float) -> None:
         """EndForward of a prefill pass reaches the scheduler, unless the fault injector drops it."""

@@ -19,6 +19,10 @@ class EnvWarning(PdgymWarning):
     """An env's episode setup differs from what a user may expect (e.g. every episode replays the same rows)."""
 
 
+class EngineWarning(PdgymWarning):
+    """engine=numba could not be used here (numba missing, a kernel that does not compile): the Python path runs."""
+
+
 class CostWarning(PdgymWarning):
     """A cost model's input was measured elsewhere (e.g. a profile table timed on other hardware)."""
 

@@ -1,0 +1,78 @@
+"""The simulator's engines: `engine=python` (the reference) and `engine=numba` (compiled kernels, kernels.py).
+
+Both give the same results bit for bit (the golden digests run on both). `kernels(engine)` is asked once per
+cost model: None means the Python path. numba is imported and its kernels compiled (or loaded from numba's
+on-disk cache, `cache=True`) on the first run that asks for them, never at `import pdgym`; a machine without
+numba, or where a kernel fails to compile, runs the Python path after one warning line naming why.
+What is compiled so far: the decode pass time of the roofline cost model (the inner loop of every decode step).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from types import SimpleNamespace
+
+from .notices import EngineWarning
+from .validation import check_choice
+
+ENGINES = ("python", "numba")
+compile_seconds: dict[str, float] = {}  # engine -> seconds its kernels took to compile or load, first use
+
+
+def check_engine(engine) -> str:
+    check_choice(engine, "engine", ENGINES)
+    return engine
+
+
+@functools.cache
+def kernels(engine: str) -> SimpleNamespace | None:
+    """The compiled kernels of `engine`, or None (the Python path): for "python", or after a warning when
+    they cannot be built here."""
+    if check_engine(engine) == "python":
+        return None
+    t0 = time.perf_counter()
+    try:
+        import numpy as np
+
+        from . import kernels as K
+
+        coef = np.zeros(len(K.COEF))
+        one = np.ones(2, dtype=np.int64)
+        K.roofline_decode(one, one, coef)  # compile (or load from numba's cache) now, not inside a run
+        K.decode_start(one, one, one, coef)
+    except Exception as e:  # noqa: BLE001 (numba missing or a compile failure: the Python path, said once)
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        warnings.warn(f"engine=numba unavailable ({why}); running engine=python", EngineWarning, stacklevel=2)
+        return None
+    compile_seconds[engine] = time.perf_counter() - t0
+    return SimpleNamespace(roofline_decode=K.roofline_decode, decode_start=K.decode_start, coef_names=K.COEF)
+
+
+def decode_time(cost, engine: str):
+    """`cost`'s decode-only pass_time(0, 0, reqs, kv) as a compiled function of (reqs, kv) that sets the same
+    last_unit / last_idle_frac, or None (the Python path: another engine, or a cost model without a twin).
+    With a third argument kv_cap it is a decode step's start (kernels.decode_start): (KV would overflow,
+    seconds, KV max, KV min)."""
+    k = kernels(engine)
+    spec = getattr(cost, "decode_coef", None)
+    got = spec() if k is not None and spec is not None else None
+    if got is None:
+        return None
+    import numpy as np
+
+    coef, comm, overhead = got
+    kernel, start, dp, ones = k.roofline_decode, k.decode_start, cost.dp, np.ones(cost.dp)
+
+    def decode_pass(reqs, kv, kv_cap=None):
+        if kv_cap is None:
+            unit, mx, tokmax = kernel(reqs, kv, coef)
+        else:
+            over, unit, mx, tokmax, kv_max, kv_min = start(reqs, kv, kv_cap, coef)
+        cost.last_unit = unit
+        cost.last_idle_frac = 1.0 - float(unit.dot(ones)) / (mx * dp) if mx > 0 else 0.0  # NumPy's sum, as _barrier
+        dur = overhead + mx + (tokmax * comm if comm else 0.0)
+        return dur if kv_cap is None else (over, dur, int(kv_max), int(kv_min))
+
+    return decode_pass

@@ -1,0 +1,111 @@
+"""engine=numba (issue 36 item 1): compiled kernels with the Python path's results, a one-line refusal of an
+unknown engine, and a one-line fallback where numba cannot be used. The golden digests run on both engines
+(tests/test_golden.py); here each kernel is compared with its Python twin bit for bit on random inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from pdgym.envs.sim import ConfigError, Simulator, compiled
+from pdgym.envs.sim.config import InstanceConfig, sim_config
+from pdgym.envs.sim.cost import RooflineCost, build_cost_model
+from pdgym.envs.sim.hardware import load_hardware
+from pdgym.envs.sim.models import load_model
+from pdgym.envs.sim.notices import EngineWarning
+
+SMALL = {"hardware": "h800", "model": "deepseek_v3",
+         "cluster": {"topology": "disaggregated", "prefill": {"count": 1, "dp": 8, "tp": 2, "ep": 16},
+                     "decode": {"count": 2, "dp": 16, "ep": 16, "batch_limit": 32}},
+         "workload": {"num_requests": 150, "arrival": "poisson", "rate": 20.0}}
+
+
+def test_unknown_engine_is_one_line():
+    with pytest.raises(ConfigError) as e:
+        sim_config({**SMALL, "engine": "bogus"})
+    assert str(e.value) == "engine: got 'bogus'; allowed: python, numba"
+
+
+def test_python_engine_binds_no_kernel():
+    sim = Simulator(SMALL, None, seed=0)
+    assert all(d.cost.decode_kernel is None for d in sim.decode)
+
+
+@pytest.mark.parametrize(("hw", "model", "shape"), [
+    ("h800", "deepseek_v3", {"dp": 32, "ep": 32}),  # experts shared over the EP group (the bench's decode tier)
+    ("h800", "deepseek_v3", {"dp": 4, "ep": 16, "tp": 2}),  # with TP and its all-reduce
+    ("a100_80g", "llama3_1_8b", {"dp": 4}),  # dense
+    ("h200", "qwen3_8b", {"dp": 3, "tp": 2}),  # dense, GQA KV sharded by TP
+])
+def test_decode_kernel_is_pass_times_twin(hw, model, shape):
+    pytest.importorskip("numba")
+    inst = InstanceConfig(**shape, batch_limit=256)
+    cost_cfg = sim_config({}).cost
+    py = build_cost_model(cost_cfg, load_hardware(hw), load_model(model), inst)
+    nb = build_cost_model(cost_cfg, load_hardware(hw), load_model(model), inst, "numba")
+    assert py.decode_kernel is None and nb.decode_kernel is not None
+    rng = np.random.default_rng(0)
+    dp, z = inst.dp, np.zeros(inst.dp)
+    for trial in range(400):
+        batch = rng.integers(0, 257, dp)
+        if trial % 7 == 0:
+            batch[rng.random(dp) < 0.5] = 0  # idle units; and all idle below
+        if trial % 50 == 0:
+            batch[:] = 0
+        kv = batch * rng.integers(1, 9000, dp)
+        want = py.pass_time(z, z, batch, kv)
+        got = nb.decode_kernel(batch, kv)
+        assert got == want  # bit for bit, not approximately
+        assert nb.last_idle_frac == py.last_idle_frac
+        assert np.array_equal(nb.last_unit, py.last_unit)
+        cap = kv + batch + rng.integers(-3, 4, dp)  # some workers would overflow this step
+        assert nb.decode_kernel(batch, kv, cap) == ((kv + batch > cap).any(), want, int(kv.max()), int(kv.min()))
+
+
+def test_moe_held_per_unit_keeps_the_python_path():
+    """Experts held on every unit (ep <= tp) use a vector expm1 in pass_time: no twin, so no kernel."""
+    pytest.importorskip("numba")
+    cost = RooflineCost(load_hardware("h800"), load_model("deepseek_v3"), InstanceConfig(dp=2, tp=8, ep=8))
+    assert cost.decode_coef() is None
+    assert compiled.decode_time(cost, "numba") is None
+
+
+def test_runs_equal_on_both_engines():
+    pytest.importorskip("numba")
+    a = Simulator(SMALL, None, seed=2)
+    a.run()
+    b = Simulator({**SMALL, "engine": "numba"}, None, seed=2)
+    assert all(d.cost.decode_kernel is not None for d in b.decode)
+    b.run()
+    assert a.n_events == b.n_events
+    assert np.array_equal(a.req.finish, b.req.finish, equal_nan=True)
+    assert a.steps.frame().equals(b.steps.frame())
+    assert compiled.compile_seconds["numba"] >= 0
+
+
+def test_without_numba_one_warning_and_the_python_path():
+    """numba not importable: the run warns once, in one line naming why, and gives the Python path's results."""
+    code = (
+        "import sys, warnings; sys.modules['numba'] = None\n"
+        "from pdgym.envs.sim import Simulator\n"
+        f"cfg = {SMALL!r}\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    s = Simulator({**cfg, 'engine': 'numba'}, None, seed=1); s.run()\n"
+        "    Simulator({**cfg, 'engine': 'numba'}, None, seed=1)\n"
+        "p = Simulator(cfg, None, seed=1); p.run()\n"
+        "print(len(w)); print(w[0].category.__name__); print(str(w[0].message))\n"
+        "print(all(d.cost.decode_kernel is None for d in s.decode), (s.req.finish == p.req.finish).all())\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.splitlines()
+    assert out[0] == "1" and out[1] == "EngineWarning"
+    assert out[2].startswith("engine=numba unavailable (ModuleNotFoundError: ") and out[2].endswith("running engine=python")
+    assert "\n" not in out[2] and out[3] == "True True"
+
+
+def test_warning_category_prints_one_line():
+    with warnings.catch_warnings(record=True):
+        text = warnings.formatwarning("engine=numba unavailable (x); running engine=python", EngineWarning, "f", 1)
+    assert text == "pdgym: EngineWarning: engine=numba unavailable (x); running engine=python\n"
