@@ -46,7 +46,7 @@ def test_decode_kernel_is_pass_times_twin(hw, model, shape):
     cost_cfg = sim_config({}).cost
     py = build_cost_model(cost_cfg, load_hardware(hw), load_model(model), inst)
     nb = build_cost_model(cost_cfg, load_hardware(hw), load_model(model), inst, "numba")
-    assert py.decode_kernel is None and nb.decode_kernel is not None
+    assert py.decode_kernel is None and nb.decode_kernel is not None and nb.prefill_kernel is not None
     rng = np.random.default_rng(0)
     dp, z = inst.dp, np.zeros(inst.dp)
     for trial in range(400):
@@ -63,6 +63,10 @@ def test_decode_kernel_is_pass_times_twin(hw, model, shape):
         assert np.array_equal(nb.last_unit, py.last_unit)
         cap = kv + batch + rng.integers(-3, 4, dp)  # some workers would overflow this step
         assert nb.decode_kernel(batch, kv, cap) == ((kv + batch > cap).any(), want, int(kv.max()), int(kv.min()))
+        tokens = np.where(batch > 128, 0, rng.integers(1, 8193, dp)).astype(float)  # a prefill pass, some units idle
+        attn = tokens * (rng.integers(0, 60000, dp) + tokens / 2)
+        assert nb.prefill_kernel(tokens, attn) == py.pass_time(tokens, attn, z, z)
+        assert nb.last_idle_frac == py.last_idle_frac and np.array_equal(nb.last_unit, py.last_unit)
 
 
 def test_moe_held_per_unit_keeps_the_python_path():
@@ -70,7 +74,7 @@ def test_moe_held_per_unit_keeps_the_python_path():
     pytest.importorskip("numba")
     cost = RooflineCost(load_hardware("h800"), load_model("deepseek_v3"), InstanceConfig(dp=2, tp=8, ep=8))
     assert cost.decode_coef() is None
-    assert compiled.decode_time(cost, "numba") is None
+    assert compiled.decode_time(cost, "numba") is None and compiled.prefill_time(cost, "numba") is None
 
 
 def test_runs_equal_on_both_engines():
@@ -79,6 +83,7 @@ def test_runs_equal_on_both_engines():
     a.run()
     b = Simulator({**SMALL, "engine": "numba"}, None, seed=2)
     assert all(d.cost.decode_kernel is not None for d in b.decode)
+    assert all(p.cost.prefill_kernel is not None for p in b.prefill)
     b.run()
     assert a.n_events == b.n_events
     assert np.array_equal(a.req.finish, b.req.finish, equal_nan=True)

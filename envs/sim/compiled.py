@@ -4,7 +4,8 @@ Both give the same results bit for bit (the golden digests run on both). `kernel
 cost model: None means the Python path. numba is imported and its kernels compiled (or loaded from numba's
 on-disk cache, `cache=True`) on the first run that asks for them, never at `import pdgym`; a machine without
 numba, or where a kernel fails to compile, runs the Python path after one warning line naming why.
-What is compiled so far: the decode pass time of the roofline cost model (the inner loop of every decode step).
+What is compiled so far: the roofline cost model's decode-only and prefill-only pass times, and the NumPy of a
+decode step's start (the inner loops of the disaggregated tiers).
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ def kernels(engine: str) -> SimpleNamespace | None:
         one = np.ones(2, dtype=np.int64)
         K.roofline_decode(one, one, coef)  # compile (or load from numba's cache) now, not inside a run
         K.decode_start(one, one, one, coef)
+        K.roofline_prefill(np.ones(2), np.ones(2), coef)
     except Exception as e:  # noqa: BLE001 (numba missing or a compile failure: the Python path, said once)
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         warnings.warn(f"engine=numba unavailable ({why}); running engine=python", EngineWarning, stacklevel=2)
         return None
     compile_seconds[engine] = time.perf_counter() - t0
-    return SimpleNamespace(roofline_decode=K.roofline_decode, decode_start=K.decode_start, coef_names=K.COEF)
+    return SimpleNamespace(roofline_decode=K.roofline_decode, decode_start=K.decode_start,
+                           roofline_prefill=K.roofline_prefill, coef_names=K.COEF)
 
 
 def decode_time(cost, engine: str):
@@ -76,3 +79,25 @@ def decode_time(cost, engine: str):
         return dur if kv_cap is None else (over, dur, int(kv_max), int(kv_min))
 
     return decode_pass
+
+
+def prefill_time(cost, engine: str):
+    """`cost`'s prefill-only pass_time(tokens, attn, 0, 0) compiled (float vectors; same value, same last_unit /
+    last_idle_frac), or None (the Python path)."""
+    k = kernels(engine)
+    spec = getattr(cost, "decode_coef", None)
+    got = spec() if k is not None and spec is not None else None
+    if got is None:
+        return None
+    import numpy as np
+
+    coef, comm, overhead = got
+    kernel, dp, ones = k.roofline_prefill, cost.dp, np.ones(cost.dp)
+
+    def prefill_pass(tokens, attn) -> float:
+        unit, mx, tokmax = kernel(tokens, attn, coef)
+        cost.last_unit = unit
+        cost.last_idle_frac = 1.0 - float(unit.dot(ones)) / (mx * dp) if mx > 0 else 0.0  # NumPy's sum, as _barrier
+        return overhead + mx + (tokmax * comm if comm else 0.0)
+
+    return prefill_pass

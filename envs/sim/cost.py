@@ -55,6 +55,7 @@ class CostModel(abc.ABC):
     last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
     last_unit: np.ndarray | None = None  # per-unit compute seconds of the last call (before the barrier max)
     decode_kernel: Callable | None = None  # engine=numba: (reqs, kv) -> a decode-only pass_time (compiled.py)
+    prefill_kernel: Callable | None = None  # engine=numba: (tokens, attn) -> a prefill-only pass_time
 
     def __init__(self, dp: int):
         self.dp = dp
@@ -193,12 +194,13 @@ class RooflineCost(CostModel):
         return self._overhead + self._barrier(unit) + comm
 
     def decode_coef(self) -> tuple[np.ndarray, float, float] | None:
-        """What a compiled decode-only pass_time reads (kernels.COEF order), the comm and overhead seconds; None
+        """What a compiled decode- or prefill-only pass_time reads (kernels.COEF order), the comm and overhead; None
         where it has no twin (experts held per unit: pass_time's vector expm1)."""
         if self._moe_local:
             return None
         return (np.array([self._c_tok[0], self._m_tok[0], self._c_dk[0], self._m_dk[0], self._m_w[0], self._exp_c,
-                          self._exp_read, self._exp_rate, float(self._shared)]), self._comm, self._overhead)
+                          self._exp_read, self._exp_rate, float(self._shared), self._c_pa[0], self._m_pa[0]]),
+                self._comm, self._overhead)
 
 
 def engine_hardware(hw: HardwareProfile, inst: InstanceConfig) -> HardwareProfile:
@@ -349,6 +351,7 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
         raise ConfigError(f"{where}: a full pass of this instance takes {max(probe)} s under cost.kind={cfg.kind}; "
                           "the values must give a finite, non-negative time")
     cost.decode_kernel = compiled.decode_time(cost, engine)
+    cost.prefill_kernel = compiled.prefill_time(cost, engine)
     return cost
 
 

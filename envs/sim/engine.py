@@ -125,7 +125,7 @@ class Simulator:
         cl, hw, model, cost_cfg = self.cfg.cluster, self.hw, self.model, self.cfg.cost
         p, d = cl.prefill, cl.decode
         n_prefill = max([p.count] + [int(s["count"]) for s in self.cfg.faults.scale])
-        pcost = build_cost_model(cost_cfg, hw, model, p)
+        pcost = build_cost_model(cost_cfg, hw, model, p, self.cfg.engine)
         dcost = build_cost_model(cost_cfg, hw, model, d, self.cfg.engine)
         pkv = self._kv_capacity(p, "cluster.prefill")  # a prefill unit holds a prompt's KV until it is sent to decode
         blocks = self._block_setup(p, pkv)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 # RooflineCost coefficients, in the order `roofline_decode` reads them from its `coef` vector
-COEF = ("c_tok", "m_tok", "c_dk", "m_dk", "m_w", "exp_c", "exp_read", "exp_rate", "shared")
+COEF = ("c_tok", "m_tok", "c_dk", "m_dk", "m_w", "exp_c", "exp_read", "exp_rate", "shared", "c_pa", "m_pa")
 
 
 @njit(cache=True, nogil=True)
@@ -75,3 +75,43 @@ def decode_start(batch, kv, kv_cap, coef):  # pragma: no cover (compiled; twin: 
             kv_min = kv[i]
     unit, mx, tokmax = roofline_decode(batch, kv, coef)
     return over, unit, mx, tokmax, kv_max, kv_min
+
+
+@njit(cache=True, nogil=True)
+def roofline_prefill(tokens, attn, coef):  # pragma: no cover (compiled; its Python twin is RooflineCost.pass_time)
+    """A prefill-only pass of RooflineCost (no decode on any unit), as roofline_decode: c = tok c_tok (+ attn
+    c_pa), m = tok m_tok (+ attn m_pa) + sign(tok) m_w (+ the shared expert terms), unit = max(c, m). Token
+    counts are integers: their sum is exact in any order."""
+    c_tok, m_tok, m_w, c_pa, m_pa = coef[0], coef[1], coef[4], coef[9], coef[10]
+    exp_c, exp_read, exp_rate, shared = coef[5], coef[6], coef[7], coef[8] != 0.0
+    dp = tokens.shape[0]
+    n_p = 0.0
+    tokmax = tokens[0]
+    for i in range(dp):
+        n_p += tokens[i]
+        if tokens[i] > tokmax:
+            tokmax = tokens[i]
+    sc = 0.0
+    sm = 0.0
+    if shared:
+        mean = n_p / dp
+        sc = mean * exp_c
+        sm = exp_read * -math.expm1(-mean * exp_rate)
+    unit = np.empty(dp)
+    mx = -math.inf
+    for i in range(dp):
+        t = tokens[i]
+        c = t * c_tok
+        m = t * m_tok
+        if n_p > 0.0:
+            c = c + attn[i] * c_pa
+            m = m + attn[i] * m_pa
+        m = m + (1.0 if t > 0.0 else 0.0) * m_w
+        if shared:
+            c = c + sc
+            m = m + sm
+        u = c if c >= m else m
+        unit[i] = u
+        if u > mx:
+            mx = u
+    return unit, mx, tokmax

@@ -261,7 +261,8 @@ class PrefillInstance:
         self.queued_tokens -= tokens.astype(np.int64)
         self.running_tokens[:] = tokens
         z = self._zeros
-        dur = self.cost.pass_time(tokens, attn, z, z) + load_s
+        kernel = self.cost.prefill_kernel  # engine=numba: pass_time's compiled twin (compiled.py), same value
+        dur = (self.cost.pass_time(tokens, attn, z, z) if kernel is None else kernel(tokens, attn)) + load_s
         self.busy = True
         self.pass_start = now
         self.pass_end = now + dur
