@@ -13,7 +13,8 @@ Figures: the Python engine's whole run and the seconds it spends in the decode c
 two decode transitions), the prototype's seconds compiled (after its one-off JIT compile, which is also
 reported) and as plain Python (the same code uncompiled), and the speed-ups. The chain's share comes
 from a profiled run (cProfile inflates call-heavy code, so read it as approximate). Needs numba,
-which pdgym does not depend on (`pip install numba`); without it the module reports nothing.
+pdgym's optional `compiled` extra (`pip install 'pdgym[compiled]'`, installed by make; engine=numba uses it);
+without it the module reports nothing.
 The decision drawn from these figures is in docs/performance.md ("Compiled core").
 """
 

@@ -5,11 +5,17 @@
   19,366 Azure-conversation requests rescaled to 60 req/s.
 - coloc: the vidur comparison of issue 13, Llama-3-8B on A100-80G, 4 colocated replicas (DP 1 each,
   chunk 512), 5,000 Azure-conversation requests at 8 req/s, round-robin dispatch, mixed batching.
-Best of three runs each (the machine is shared; the CartPole reference is measured beside them).
+Best of three runs each (the machine is shared; the CartPole reference is measured beside them). With numba
+installed, the disaggregated scenario again on engine=numba, and the kernels' compile / cached-load seconds.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 from pdgym.envs.sim import Simulator
@@ -47,7 +53,25 @@ def speed(config: dict, repeats: int = 3) -> dict:
             "events_per_request": sim.n_events / sim.req.n, "finished_frac": finished / sim.req.n}
 
 
+COMPILE_PROBE = ("import time; t = time.perf_counter(); from pdgym.envs.sim import compiled; "
+                 "assert compiled.kernels('numba') is not None; print(time.perf_counter() - t)")
+
+
+def numba_compile_s() -> tuple[float, float]:
+    """Seconds engine=numba takes to be ready in a fresh process: compiling its kernels into an empty numba
+    cache, then loading them from that cache (every later run)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        cold, warm = (float(subprocess.run([sys.executable, "-c", COMPILE_PROBE], check=True, capture_output=True,
+                                           text=True, env=env).stdout) for _ in range(2))
+    return cold, warm
+
+
 def run() -> dict:
     out = {f"disagg_{k}": v for k, v in speed(DISAGG).items()}
     out.update({f"coloc_{k}": v for k, v in speed(COLOC).items()})
+    if importlib.util.find_spec("numba") is not None:  # engine=numba (issue 36 item 1): same runs, compiled kernels
+        cold, warm = numba_compile_s()
+        out.update({"numba_compile_s": cold, "numba_cached_load_s": warm})
+        out.update({f"disagg_numba_{k}": v for k, v in speed({**DISAGG, "engine": "numba"}).items()})
     return out
