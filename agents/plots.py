@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from pdgym.envs.sim.safe_files import save_figure
 
 
 def decode_kv_spread(steps: dict[str, pd.DataFrame], path: Path, window: int = 400) -> Path | None:
@@ -37,7 +38,7 @@ def decode_kv_spread(steps: dict[str, pd.DataFrame], path: Path, window: int = 4
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("decode step of the instance")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -52,7 +53,7 @@ def bars(values: dict[str, float], ylabel: str, path: Path, errors: dict[str, fl
     ax.tick_params(axis="x", rotation=30)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -73,7 +74,7 @@ def lines(x: list, series: dict[str, list], xlabel: str, ylabel: str, path: Path
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -122,7 +123,7 @@ def latency_cdfs(tables: dict[str, pd.DataFrame], path: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -191,7 +192,7 @@ def instance_timeseries(steps: pd.DataFrame, path: Path, title: str = "", reques
     if title:
         fig.suptitle(title, fontsize=9, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -262,7 +263,7 @@ def timeline(passes, path: Path, windows: dict[str, tuple[float, float]] | None 
     if title:
         fig.suptitle(title, fontsize=9, x=0.01, ha="left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -312,5 +313,5 @@ def profile_fit(df: pd.DataFrame, path: Path, title: str) -> None:
         (ax.set_ylim if axis is ax.yaxis else ax.set_xlim)(lim)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

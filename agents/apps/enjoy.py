@@ -18,6 +18,7 @@ agent that holds forever still ends.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -178,17 +179,20 @@ def replay(env, cand: candidates.Candidate, seed: int, s: dict, on_frame=None) -
 
 def write_outputs(out: Path, ep: dict, s: dict) -> dict:
     """frames/ (a temporary folder renamed whole), episode.gif, episode.txt; returns their paths."""
+    import tempfile
+
     from pdgym.agents.common import inside
 
     out.mkdir(parents=True, exist_ok=True)
-    final = inside(out, FRAMES)
-    tmp = inside(out, f".{FRAMES}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    inside(out, FRAMES)
+    final = out / FRAMES
+    tmp = Path(tempfile.mkdtemp(prefix=f".{FRAMES}.", suffix=".partial", dir=out))  # fresh: no link planted there
     try:
         for i, img in enumerate(ep["frames"]):
             _write_png(tmp / f"frame_{i:04d}.png", img)  # names from the counter only
-        if final.exists():
+        if os.path.islink(final) or os.path.isfile(final):
+            os.unlink(final)  # a link (or file) at frames/ is replaced, never followed
+        elif final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
     finally:

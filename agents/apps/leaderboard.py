@@ -70,7 +70,7 @@ from pdgym.agents.evaluation.leaderboard_stats import (
     summarise,
 )
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.metrics import write_json
+from pdgym.envs.sim.metrics import atomic_path, write_json
 from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 # The app, and the board's pieces importable from it as before the split (tests, notebooks).
@@ -272,8 +272,8 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     b.standings = standings(table, scenarios, pairs)
     for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),
                         ("aggregate.csv", agg), ("regime.csv", pd.DataFrame(regimes))):
-        frame.to_csv(out / (name + ".tmp"), index=False)
-        (out / (name + ".tmp")).replace(out / name)
+        with atomic_path(out / name) as tmp:
+            frame.to_csv(tmp, index=False)
     plot_dir = out / "plots"
     if cfg["plots"]:
         make_plots(runs, table, scenarios, plot_dir)

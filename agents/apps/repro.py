@@ -36,6 +36,7 @@ from pdgym.agents.common import (
     to_container,
 )
 from pdgym.agents.experiments.harness import check_lists, check_scalars, check_within, repro_seeds
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError, check_seed
 from pdgym.envs.sim.metrics import write_json
 
@@ -127,7 +128,7 @@ def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) ->
     folder = run_folder.claim(partial, KEY, APP)
     try:
         summary = runner(cfg, partial)
-        (partial / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        safe_files.write_text(partial / "config.yaml", OmegaConf.to_yaml(cfg))
         write_json(partial / "summary.json", summary)
     except BaseException:  # a failed run leaves nothing that looks like a result, nor folders it made
         folder.discard()

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run_dir, sim_config_from, to_container
 from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
-from pdgym.envs.sim import Simulator, simulate
+from pdgym.envs.sim import Simulator, safe_files, simulate
 from pdgym.envs.sim.config import ConfigError, check, check_seed
 from pdgym.envs.sim.metrics import PREFIX_KEYS, atomic_path, check_table_format
 from pdgym.envs.sim.points import POINTS
@@ -128,6 +128,10 @@ def main(cfg: DictConfig) -> dict:
             results[label] = simulate(sim_cfg, pols, seed=seed)
     first = next(iter(results))
     dirs = {label: out if label == first else inside(out, "compare", label) for label in results}
+    if len(results) > 1:  # folders of pdgym's own, never through a link planted at their names
+        safe_files.make_dir(out / "compare", "compare")
+        for label in list(results)[1:]:
+            safe_files.make_dir(out / "compare" / label, "compare")
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
         if label != first:

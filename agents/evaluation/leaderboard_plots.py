@@ -12,6 +12,7 @@ from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_render import with_unit
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
+from pdgym.envs.sim.safe_files import make_dir, save_figure
 
 
 def colours(policies: list[str]) -> dict:
@@ -23,7 +24,7 @@ def colours(policies: list[str]) -> dict:
 
 
 def make_plots(runs: pd.DataFrame, table: pd.DataFrame, scenarios: list[BoardScenario], out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "plots")
     col = colours(list(table.policy))
     paths = []
     for sc in scenarios:
@@ -71,7 +72,7 @@ def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path, col: dict | None 
         ax.set_axis_off()
         ax.set_title(f"{title}: {metric} is the same for every policy", fontsize=9)
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
         return path
     err = np.vstack([np.clip(mean - t.ci_low.to_numpy(float), 0, None), np.clip(t.ci_high.to_numpy(float) - mean, 0, None)])
@@ -91,7 +92,7 @@ def bars(t: pd.DataFrame, ylabel: str, title: str, path: Path, col: dict | None 
     ax.set_title(f"{title} (best first; // agents, .. headroom)", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -148,6 +149,6 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -14,6 +14,7 @@ import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
+from pdgym.envs.sim import safe_files
 
 UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
          "wall_time_s": "s", "throughput_tok_s": "tok/s", "total_tok_s": "tok/s", "rps": "req/s",
@@ -176,9 +177,7 @@ def write_markdown(b: Board, path: Path) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    safe_files.write_text(path, text)
 
 
 def _img(path: Path) -> str:

@@ -62,6 +62,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from pdgym.baselines.balance_route import ORDERS
 from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim.safe_files import save_figure
 from pdgym.envs.sim.traces import load_trace
 from tqdm import tqdm
 
@@ -251,7 +252,7 @@ def plot_groups(table: pd.DataFrame, col: str, ylabel: str, path: Path, relative
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=min(len(names), 7), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend sits above the axes, off the bars
+    save_figure(fig, path, dpi=110, bbox_inches="tight")  # the legend sits above the axes, off the bars
     plt.close(fig)
 
 

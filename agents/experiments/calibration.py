@@ -18,6 +18,7 @@ from pdgym.envs.sim.config import ConfigError, InstanceConfig
 from pdgym.envs.sim.cost import RooflineCost
 from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
 from pdgym.envs.sim.models import ModelProfile, load_model
+from pdgym.envs.sim.safe_files import save_figure
 
 DS_V3_SLICE = "h200_ds_v3_prefill_slice.csv"  # data/calibration/ds_v3_prefill_slice.py on one H200
 DS_V3_SLICE_H100 = "h100_ds_v3_prefill_slice.csv"  # the same on one H100 (the H800's silicon)
@@ -112,7 +113,7 @@ def slice_figure(path) -> None:
         ax.legend(fontsize=8)
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

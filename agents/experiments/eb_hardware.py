@@ -23,6 +23,7 @@ from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.config import LengthConfig
+from pdgym.envs.sim.safe_files import save_figure
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
@@ -169,5 +170,5 @@ def tradeoff_plot(trade: pd.DataFrame, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

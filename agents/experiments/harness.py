@@ -31,10 +31,8 @@ from pdgym.envs.sim.validation import check_seed_list
 
 
 def write_text(path: Path, text: str) -> None:
-    """Atomic text write: a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    """Atomic text write: a reader never sees half a file (safe_files.atomic_path)."""
+    safe_files.write_text(path, text)
 
 
 MAX_DOC_BYTES = 16 * safe_files.MiB  # a document a generated block is written into (docs/fidelity.md: a few kB)
@@ -229,16 +227,14 @@ class Experiment:
 
     def table(self, df: pd.DataFrame, md: str | None = None, name: str = "results") -> None:
         """results.csv (the full table) and results.md (`md`, or the table as markdown), both atomic."""
-        tmp = self.out / f"{name}.csv.tmp"
-        df.to_csv(tmp, index=False)
-        tmp.replace(self.out / f"{name}.csv")
+        with safe_files.atomic_path(self.out / f"{name}.csv") as tmp:
+            df.to_csv(tmp, index=False)
         write_text(self.out / f"{name}.md", (md if md is not None else df.to_markdown(index=False)) + "\n")
 
     def csv(self, df: pd.DataFrame, name: str) -> None:
         """An extra table (no markdown), atomic."""
-        tmp = self.out / f"{name}.tmp"
-        df.to_csv(tmp, index=False)
-        tmp.replace(self.out / name)
+        with safe_files.atomic_path(self.out / name) as tmp:
+            df.to_csv(tmp, index=False)
 
     def regime(self, point: str, quantity: str, value: float, lo: float | None = None,
                hi: float | None = None, note: str = "") -> bool:

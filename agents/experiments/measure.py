@@ -31,6 +31,7 @@ from pdgym.envs.sim.hardware import load_hardware
 from pdgym.envs.sim.models import load_model
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.safe_files import save_figure
 from pdgym.envs.sim.workload import make_workload
 from tqdm import tqdm
 
@@ -395,5 +396,5 @@ def plot_traces(traces: dict[str, np.ndarray], path: Path, title: str) -> None:
         ax.set_xlabel("decode step")
     fig.suptitle(f"per-worker KV load ({title}); grey: mean +- 1 sigma", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

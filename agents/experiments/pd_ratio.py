@@ -27,6 +27,7 @@ from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.config import LengthConfig
+from pdgym.envs.sim.safe_files import save_figure
 from tqdm import tqdm
 
 from .harness import Experiment, experiment
@@ -146,6 +147,6 @@ def grouped_bars(wide: pd.DataFrame, ylabel: str, path: Path, best: dict | None 
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path

@@ -165,17 +165,12 @@ def write_atomic(path: Path, members: dict[str, bytes]) -> Path:
     """A zip of `members` at `path`, written under a temporary name, synced and renamed into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
-                for name, data in members.items():
-                    zf.writestr(name, data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with safe_files.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        fh.flush()
+        os.fsync(fh.fileno())
     return path
 
 
@@ -228,7 +223,7 @@ def read(path: Path, training: bool = False, sha256: str | None = None) -> dict:
                                      "never loaded because loading them can run code: retrain with pdgym-train")
 
             _check_sizes(zf, f"model file {path}")  # every member's declared size, before any is read
-            manifest = json.loads(zf.read(MANIFEST))
+            manifest = safe_files.parse_json(zf.read(MANIFEST).decode("utf-8"), f"model file {path}", MANIFEST)
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 raise ModelFileError(f"{path}: model format {manifest.get('format') if isinstance(manifest, dict) else None!r}"
                                      f"; this pdgym reads {FORMAT!r}")
@@ -283,8 +278,9 @@ def is_complete(path: Path) -> bool:
             _check_sizes(zf, "model file")  # testzip reads every member whole: sizes first
             if MANIFEST not in zf.namelist() or zf.testzip() is not None:
                 return False
-            manifest = json.loads(zf.read(MANIFEST))
-            return manifest.get("format") == FORMAT and all(m in zf.namelist() for m in manifest.get("members", []))
+            manifest = safe_files.parse_json(zf.read(MANIFEST).decode("utf-8"), "model file", MANIFEST)
+            return isinstance(manifest, dict) and manifest.get("format") == FORMAT and all(
+                m in zf.namelist() for m in manifest.get("members", []))
     except READ_ERRORS:
         return False
 

@@ -8,6 +8,7 @@ CSV and wandb, so one `record` reaches all of them.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned.model_store import checkpoints
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.metrics import write_json
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -220,5 +222,7 @@ class HeldOutEval(BaseCallback):
         print(f"eval at step {self.num_timesteps}: {self.primary} {row[self.primary]:.4g} (best {best:.4g}"
               f"{', new best' if improved else ''}{note}); {others}", flush=True)
         self.logger.dump(self.num_timesteps)
-        pd.DataFrame([row]).to_csv(self.history_path, mode="a", header=not self.history_path.is_file(), index=False)
+        fd = safe_files.open_nofollow(self.history_path, what="hydra.run.dir")  # appended in place, never via a link
+        with os.fdopen(fd, "a", newline="") as fh:
+            pd.DataFrame([row]).to_csv(fh, header=os.fstat(fd).st_size == 0, index=False)
         return stats

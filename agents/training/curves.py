@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from pdgym.envs.sim import safe_files  # noqa: E402
 from pdgym.envs.sim.config import ConfigError  # noqa: E402
 
 from . import run_files  # noqa: E402
@@ -50,7 +51,8 @@ def run_curves(run: Path, primary: str, hist: pd.DataFrame | None = None,
     fig.suptitle(run.name, fontsize=9)
     fig.tight_layout()
     path = run / "curves.png"
-    fig.savefig(path, dpi=110)
+    with safe_files.atomic_path(path) as tmp:  # replaced, never written through a link planted there
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path
 
@@ -80,7 +82,8 @@ def seed_curves(runs: list[Path], primary: str, references: dict[str, float], pa
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with safe_files.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return Path(path)
 
@@ -104,7 +107,6 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
     from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
     from pdgym.baselines.registry import is_external
-    from pdgym.envs.sim import safe_files
     from pdgym.envs.sim.validation import check_seed_list
 
     from .env_factory import scenario_raw
@@ -142,6 +144,23 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
     return env.primary, out
 
 
+FIGURE_FORMATS = ("png", "pdf", "svg")
+
+
+def check_out(out: Path) -> Path:
+    """--out: a new or existing figure file (png, pdf or svg) in an existing folder; never a folder (matplotlib
+    would write FOLDER.png beside it) nor a file in a folder that does not exist."""
+    if out.is_dir():
+        raise ConfigError(f"--out: {out} is a folder; give the figure's file name (e.g. {out / 'curves.png'})")
+    if out.suffix.lstrip(".").lower() not in FIGURE_FORMATS:
+        raise ConfigError(f"--out: {out} ends in {out.suffix or 'no suffix'!r}; allowed: "
+                          f"{', '.join('.' + f for f in FIGURE_FORMATS)}")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--out: the folder {parent} does not exist; give a file in an existing folder")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Every run's agent.json, config.yaml and logs are read and checked before anything is drawn: a broken
     one is one line (exit 2) and no figure is written."""
@@ -155,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("curves.png"))
     args = p.parse_args(argv)
     try:
+        check_out(args.out)
         for r in args.runs:
             if not r.is_dir() or not os.path.lexists(r / candidates.AGENT_META):
                 raise ConfigError(f"runs: {r} is not a pdgym-train run directory (no {candidates.AGENT_META})")

@@ -115,3 +115,42 @@ def check_earlier(run: Path, primary: str, resuming: bool) -> None:
         if (run / name).is_symlink():
             raise ConfigError(f"hydra.run.dir: {run / name} is a symbolic link; pdgym-train writes it in place and "
                               "never through a link (remove the link, or train into a new folder)")
+
+
+def progress_writer(run: Path, resumed_at: int | None):
+    """SB3's CSV output for progress.csv, opened in place with O_NOFOLLOW (never through a link). A fresh run
+    starts it empty; a resumed one keeps the rows logged up to the checkpoint's step `resumed_at` (the rows after
+    it were logged by the interrupted process past its last checkpoint and are logged again) and appends."""
+    import csv
+
+    from stable_baselines3.common.logger import CSVOutputFormat
+
+    path = Path(run) / PROGRESS
+    fd = safe_files.open_nofollow(path, os.O_RDWR | os.O_CREAT, "hydra.run.dir")
+    fh = os.fdopen(fd, "r+", newline="")
+    keys: list[str] = []
+    kept: list[str] = []
+    if resumed_at is not None:
+        lines = fh.read(MAX_LOG_BYTES + 1).splitlines(keepends=True)
+        if lines:
+            keys = lines[0].rstrip("\r\n").split(",")
+            col = keys.index(STEP_COL) if STEP_COL in keys else None
+            for line in lines[1:]:
+                row = next(csv.reader([line]), [])
+                try:
+                    step = float(row[col]) if col is not None else None
+                except (IndexError, ValueError):
+                    continue  # a row the interrupted process left half-written
+                if step is not None and step <= resumed_at:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+    fh.seek(0)
+    fh.truncate()
+    if keys:
+        fh.write(",".join(keys) + "\n" + "".join(kept))
+        fh.flush()
+
+    class ProgressCSV(CSVOutputFormat):
+        def __init__(self):  # noqa: D107 -- CSVOutputFormat's state on the file opened above
+            self.file, self.keys, self.separator, self.quotechar = fh, list(keys), ",", '"'
+
+    return ProgressCSV()

@@ -27,6 +27,7 @@ from pathlib import Path
 from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store as M
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path, write_json
 
@@ -61,11 +62,12 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
     return run
 
 
-def _logger(out: Path, wandb_run):
-    from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
+def _logger(out: Path, wandb_run, resumed_at: int | None):
+    """SB3's logger: progress.csv (kept up to `resumed_at` when resuming), TensorBoard in tb/, wandb if on."""
+    from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
 
-    (out / "tb").mkdir(parents=True, exist_ok=True)
-    formats = [CSVOutputFormat(str(out / "progress.csv")), TensorBoardOutputFormat(str(out / "tb"))]
+    tb = safe_files.make_dir(out / "tb", "hydra.run.dir")
+    formats = [run_files.progress_writer(out, resumed_at), TensorBoardOutputFormat(str(tb))]
     if wandb_run is not None:
         from .wandb_utils import WandbWriter
 
@@ -175,7 +177,7 @@ def train(data: dict, out: Path) -> dict:
     if wrun is not None:
         with atomic_path(run_id_file) as tmp:
             tmp.write_text(wrun.id)
-    model.set_logger(_logger(out, wrun))
+    model.set_logger(_logger(out, wrun, int(model.num_timesteps) if resumed is not None else None))
 
     bc_stats = None
     if agent.bc.teacher and resumed is None:
@@ -187,7 +189,7 @@ def train(data: dict, out: Path) -> dict:
     val_split = data["splits"][app.eval.split]
     evaluator = C.HeldOutEval(_eval_fn(env, raw, val_split, app.eval.seeds, agent.algo, vec_norm), app.eval.freq,
                               env.primary, out, saver)
-    ckpt = C.CheckpointEvery(app.checkpoint_freq, out / "checkpoints", saver)
+    ckpt = C.CheckpointEvery(app.checkpoint_freq, safe_files.make_dir(out / "checkpoints", "hydra.run.dir"), saver)
     log = C.ProgressLog(app.total_timesteps, app.log_freq or max(1, app.total_timesteps // 20), app.name, evaluator)
     done = int(model.num_timesteps)
     remaining = max(0, app.total_timesteps - done)

@@ -95,12 +95,7 @@ def rescore_command(name: str, ent: dict) -> str:
 
 
 def _write_json_atomic(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    safe_files.write_text(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
 
 
 def _run_name(run: Path) -> str:
@@ -115,8 +110,10 @@ def _run_metrics(run: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        doc = json.loads(safe_files.read_text(path, safe_files.MiB * 16, "run metrics", within=run))
-    except ValueError:
+        doc = safe_files.read_json(path, safe_files.MiB * 16, "run metrics", within=run)
+    except ConfigError:
+        return {}
+    if not isinstance(doc, dict):
         return {}
     return {k: doc[k] for k in ("timesteps", "best_timesteps", "wall_time_s") if isinstance(doc.get(k), (int, float))}
 

@@ -24,7 +24,6 @@ Definitions (every table and leaderboard uses these names):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -35,6 +34,7 @@ import pandas as pd
 from . import requests as R
 from .events import PassKind
 from .prefix_cache import sequential_hit_tokens
+from .safe_files import atomic_path  # noqa: F401 -- the one atomic writer, used here and by the apps
 from .validation import ConfigError, check_choice
 
 PREFIX_KEYS = ("prefix_hit_ratio", "recomputed_tokens", "cache_evictions")  # prefix-cache metrics
@@ -237,18 +237,6 @@ def json_safe(obj):
     if isinstance(obj, np.ndarray):
         return json_safe(obj.tolist())
     return obj
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path):
-    """Yield a temporary sibling of `path` to write; renamed onto `path` only if the block completes."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial{path.suffix}")  # keeps the suffix (savefig reads it)
-    try:
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def check_table_format(fmt, key: str = "tables") -> str:

@@ -1,5 +1,6 @@
 """Bounded reading of files pdgym did not write itself in this process: traces, cost tables, and what a run folder
-holds (checkpoints, agent.json, their zip members, config.yaml, the CSV logs, metrics files).
+holds (checkpoints, agent.json, their zip members, config.yaml, the CSV logs, metrics files); and the one way
+pdgym writes into a folder (`atomic_path`, `open_nofollow`, `make_dir`), never through a link planted there.
 
 A reader checks before reading a byte that the path is a regular file (not a device like /dev/zero, a FIFO or a
 folder), optionally that it resolves inside a given folder (no symlink out of a run folder), and that its size
@@ -11,9 +12,12 @@ reads a stored document's key by key: a missing or mistyped key is one line nami
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from .validation import ConfigError
@@ -21,6 +25,9 @@ from .validation import ConfigError
 MiB = 1 << 20
 GiB = 1 << 30
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+MAX_JSON_DEPTH = 64  # the deepest JSON pdgym writes nests a few levels (a trace event, a board summary)
 
 
 def _size(n: int) -> str:
@@ -77,13 +84,40 @@ def read_text(path: str | os.PathLike, max_bytes: int, what: str, within: str | 
 
 def read_json(path: str | os.PathLike, max_bytes: int, what: str, within: str | os.PathLike | None = None):
     """A checked file's JSON value (`read_text`, then parsed; malformed JSON is one line, not a traceback)."""
-    text = read_text(path, max_bytes, what, within)
+    return parse_json(read_text(path, max_bytes, what, within), what, path)
+
+
+def json_depth(text: str | bytes) -> int:
+    """An upper bound of how deep `text`'s brackets nest, at C speed without parsing (brackets inside strings
+    count too: pdgym's files have none): json.loads recurses once a level, so a line nested 200,000 deep would
+    raise RecursionError, and one nested a few hundred deep would reach recursive code after it."""
+    import numpy as np
+
+    b = np.frombuffer(text.encode("utf-8", "replace") if isinstance(text, str) else text, dtype=np.uint8)
+    brackets = b[(b == 91) | (b == 123) | (b == 93) | (b == 125)]  # [ { ] }
+    if not len(brackets):
+        return 0
+    return int(np.cumsum(np.where((brackets == 91) | (brackets == 123), 1, -1)).max())
+
+
+def too_deep(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """`text` nests deeper than `max_depth` (`json_depth`, skipped when it has too few brackets to)."""
+    o, c = ("[", "{") if isinstance(text, str) else (b"[", b"{")
+    return text.count(o) + text.count(c) > max_depth and json_depth(text) > max_depth
+
+
+def parse_json(text: str, what: str, path: str | os.PathLike | None = None, max_depth: int = MAX_JSON_DEPTH):
+    """`text`'s JSON value, nested at most `max_depth` deep; else one ConfigError line starting with `what`."""
+    where = f" {path}" if path is not None else ""
+    if too_deep(text, max_depth):
+        raise ConfigError(f"{what}:{where} nests its values more than {max_depth} deep; pdgym's files nest a few "
+                          "levels")
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{what}: {path} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+        raise ConfigError(f"{what}:{where} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
     except RecursionError:
-        raise ConfigError(f"{what}: {path} nests its values too deeply to be a file pdgym wrote") from None
+        raise ConfigError(f"{what}:{where} nests its values too deeply to be a file pdgym wrote") from None
 
 
 def _no_alias_loader():
@@ -161,3 +195,96 @@ def check_zip_member(info, max_bytes: int, what: str) -> None:
     if info.file_size > max_bytes:
         raise ConfigError(f"{what}: member {info.filename} is {_size(info.file_size)}, more than the "
                           f"{_size(max_bytes)} this reader accepts")
+
+
+# --------------------------------------------------------------------------- writing
+def _default_mode() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _default_mode()  # what open() would give a new file under this process's umask
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a fresh temporary sibling of `path` to write, renamed onto `path` only if the block completes.
+
+    The temporary is created here with O_EXCL under an unpredictable name (tempfile.mkstemp, in the same folder,
+    keeping the suffix: savefig reads it), so no link planted in the folder can receive the bytes; the rename
+    replaces whatever `path` is (a link there is replaced, never followed). A folder at `path` is one line."""
+    path = Path(path)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".partial{path.suffix}", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write into {path.parent}: {exc.strerror}") from None
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    try:
+        yield tmp
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise ConfigError(f"{path} is a folder; pdgym writes a file of that name there (move the folder "
+                                  "away, or write the run elsewhere)") from None
+            raise
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """`text` to `path` atomically (`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def open_nofollow(path: str | os.PathLike, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT, what: str = ""):
+    """A descriptor of the regular file `path` opened with `flags` and O_NOFOLLOW (for a file written in place: a
+    log appended to): a link there, a device, a pipe or a folder is one ConfigError line, never written."""
+    p = Path(path)
+    label = what or str(p)
+    try:
+        fd = os.open(p, flags | _NOFOLLOW | os.O_NONBLOCK, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{label}: {p} is a symbolic link; pdgym writes it in place and never through a link "
+                              "(remove the link)") from None
+        raise ConfigError(f"{label}: cannot write {p}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{label}: {p} is not a regular file (a device or a pipe); pdgym writes a plain file there")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def make_dir(path: str | os.PathLike, what: str = "") -> Path:
+    """The folder `path` (created if new; its parent must exist), refused in one line when it is a symbolic link or
+    not a folder: pdgym would write into whatever the link names."""
+    p = Path(path)
+    try:
+        os.mkdir(p)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"{what or p}: cannot create the folder {p}: {exc.strerror}") from None
+    st = os.lstat(p)
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{what or p}: {p} is a symbolic link; pdgym writes into a folder of its own there and "
+                          "never through a link (remove the link)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{what or p}: {p} exists and is not a folder; pdgym writes a folder of that name there")
+    return p
+
+
+def save_figure(fig, path: str | os.PathLike, **kwargs) -> Path:
+    """A matplotlib figure saved to `path` atomically (`atomic_path`; the format from `path`'s suffix)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, **kwargs)
+    return Path(path)

@@ -24,7 +24,7 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-from pdgym.envs.sim.safe_files import check_regular_file
+from pdgym.envs.sim.safe_files import MAX_JSON_DEPTH, check_regular_file, too_deep
 from pdgym.envs.sim.validation import ConfigError, check
 
 __all__ = ["COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
@@ -194,9 +194,12 @@ def _read_mooncake(path: str, key: str) -> Trace:
             for n, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
+                if too_deep(line):
+                    raise ConfigError(f"{where} line {n}: nested more than {MAX_JSON_DEPTH} deep; each "
+                                      f"line is one flat object with {', '.join(_MOONCAKE_FIELDS)}")
                 try:
                     row = json.loads(line)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     raise ConfigError(f"{where} line {n}: malformed JSON ({_first_line(exc, 80)})") from None
                 if not isinstance(row, dict):
                     raise ConfigError(f"{where} line {n}: expected a JSON object with {', '.join(_MOONCAKE_FIELDS)}")
