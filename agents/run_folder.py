@@ -200,9 +200,23 @@ def _holder(marker: Path) -> str:
         return "another pdgym process"
 
 
+def _owner(fd: int) -> str | None:
+    """The app an existing marker names (the app that made the folder), or None (a new or empty marker, one
+    `touch` made to adopt an older run, or one that does not parse: the folder is adopted by whoever claims it)."""
+    try:
+        data = os.pread(fd, MAX_MARKER_BYTES, 0)
+        info = safe_files.parse_json(data.decode("utf-8"), "marker") if data.strip() else None
+    except (ConfigError, UnicodeDecodeError, OSError):
+        return None
+    app = info.get("app") if isinstance(info, dict) else None
+    return app[:40] if isinstance(app, str) and app and app != "pdgym" else None
+
+
 def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     """Check `path` (`check`), create it if new, mark it as pdgym's and lock it against a second writer.
-    Refusals are ConfigErrors naming `key`; a folder this process already holds is returned again."""
+    A folder belongs to the app that made it (the marker names it): another app's claim is refused, as
+    its results would replace that app's (pdgym-sim's metrics.json over a training's). Refusals are ConfigErrors
+    naming `key`; a folder this process already holds is returned again."""
     p = check(path, key)
     if p in _HELD:
         _HELD[p].count += 1
@@ -229,6 +243,11 @@ def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
             os.close(fd)
             raise ConfigError(f"{key}: {p} is in use by another pdgym run ({_holder(p / MARKER)}); wait for it to "
                               "end or give another folder") from None
+    owner = _owner(fd)
+    if owner is not None and owner != app and app != "pdgym":
+        os.close(fd)
+        raise ConfigError(f"{key}: {p} is a {owner} run folder; {app} writes its results into a folder of its own "
+                          f"(its files would replace {owner}'s): give another folder")
     info = json.dumps({"app": app, "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n"
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)
@@ -276,9 +295,59 @@ def claim_hydra(hydra_node, job_cfg, mode: str, app: str, user_given: bool) -> R
     if not user_given:
         check_templated(path, template, key, {k: OmegaConf.select(job_cfg, k) for k in template_keys(template)})
     folder = claim(path, key, app)
+    try:
+        subdir = hydra_node.get("output_subdir")
+        refuse_links_where_hydra_writes(folder.path, key, mode, None if subdir is None else str(subdir))
+    except ConfigError:
+        folder.discard()
+        raise
     with read_write(hydra_node):
         hydra_node[mode].dir = str(folder.path)
     return folder
+
+
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into a job's output_subdir
+SWEEP_FILE = "multirun.yaml"  # what Hydra's launcher writes into a sweep folder
+
+
+def _plain(path: Path, key: str, folder: bool) -> None:
+    """`path`, if present, is not a link and is a folder (`folder`) or a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{key}: {path} is a symbolic link; Hydra writes its files there and would write through "
+                          "it (to whatever it names): remove the link, or give another folder")
+    if folder and not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{key}: {path} is not a folder; Hydra writes its files into a folder of that name")
+    if not folder and not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{key}: {path} is not a regular file; Hydra writes a plain file of that name")
+
+
+def refuse_links_where_hydra_writes(path: Path, key: str, mode: str, subdir: str | None = ".hydra") -> None:
+    """Before Hydra runs a job in the claimed folder `path`: nothing where Hydra writes is a link. Hydra opens
+    OUTPUT_SUBDIR/{config,hydra,overrides}.yaml with a plain open(..., "w") (hydra/core/utils.py _save_config,
+    after creating the folder with mkdir(exist_ok=True)), and a sweep's launcher writes multirun.yaml and creates
+    each job's subfolder the same way, so a link planted at any of those names would receive the run's config. A
+    sweep folder holds no link at all (pdgym makes none there): its jobs' folders are named only when they run."""
+    names = [SWEEP_FILE] if mode == "sweep" else []
+    jobs = [path]
+    if mode == "sweep" and path.is_dir():
+        for e in sorted(os.listdir(path)):
+            if os.path.islink(path / e):
+                raise ConfigError(f"{key}: {path / e} is a symbolic link; a sweep folder holds none (Hydra would write "
+                                  "a job's files through it): remove the link, or give another folder")
+        jobs = [path / e for e in sorted(os.listdir(path)) if (path / e).is_dir() and e != subdir]
+    for name in names:
+        _plain(path / name, key, folder=False)
+    if subdir is None:
+        return
+    for job in jobs:
+        out = job / subdir
+        _plain(out, key, folder=True)
+        for name in HYDRA_FILES:
+            _plain(out / name, key, folder=False)
 
 
 def settle(folder: RunFolder, exc: BaseException | None, single: bool) -> None:

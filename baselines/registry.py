@@ -239,7 +239,21 @@ def make_policy(kind: str, spec: str | Mapping[str, Any] | type | Any | None):
     for k in spec:
         if k not in allowed:
             raise ConfigError(f"policy.{kind}.{k}: not a parameter of {name}; allowed: {', '.join(allowed) or 'none'}")
-    return cls(**spec)
+    if not is_external(name):
+        return cls(**spec)
+    try:
+        return cls(**spec)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the user's constructor failing is one line naming it)
+        import os
+        import traceback
+
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            traceback.print_exc()
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        raise ConfigError(f"policy.{kind}.name: {name}({', '.join(spec)}) raised {why[:200]} in its constructor "
+                          "(HYDRA_FULL_ERROR=1 prints its traceback)") from None
 
 
 def make_policies(spec: Mapping[str, Any] | None) -> dict:

@@ -185,6 +185,9 @@ class Picker(LayoutCore, DecodeRouter):
 
     # -------------------------------------------------------------- life cycle
     def reset(self, sim):
+        if not sim.decode:  # a colocated cluster (md1_single_slot): no decode instance to route to
+            raise ConfigError("policy: a decode-routing agent needs decode instances; this scenario's cluster is "
+                              "colocated (give a disaggregated scenario)")
         self.bind_size(max(d.dp for d in sim.decode))
         self._boundary = None
         self._closed = set()

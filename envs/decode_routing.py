@@ -149,6 +149,9 @@ class _Router(LayoutCore, DecodeRouter):
 
     # -------------------------------------------------------------- life cycle
     def reset(self, sim):
+        if not sim.decode:  # a colocated cluster (md1_single_slot): no decode instance to route to
+            raise ConfigError("policy: a decode-routing agent needs decode instances; this scenario's cluster is "
+                              "colocated (give a disaggregated scenario)")
         self.bind_size(max(d.dp for d in sim.decode))
         if self.projector is not None:
             self.projector.reset(sim)

@@ -121,6 +121,14 @@ def check_config(cfg: dict) -> dict:
     for key in ("allow_stalled", "tolerate_failures"):
         check_bool(cfg.get(key, False), key)
     E.check_budget("budget_s", cfg.get("budget_s"))
+    for key in ("plots", "print", "progress", "tolerate_failures"):  # `maybe`, 3: not a truth value
+        check_bool(cfg.get(key, False), key)
+    cap = cfg.get("capacity_requests")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ConfigError(f"capacity_requests: got {cap!r}; must be an integer >= 1 (the capacity burst's size), or "
+                          "null (the scenario's num_requests)")
+    if not isinstance(cfg.get("banner") or "", str):
+        raise ConfigError(f"banner: got {cfg.get('banner')!r}; must be a line of text (or empty)")
     for key in ("agents", "train"):
         if not isinstance(cfg.get(key) or [], list):
             raise ConfigError(f"{key}: got {cfg.get(key)!r}; must be a list of entries")

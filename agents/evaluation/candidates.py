@@ -19,13 +19,19 @@ from pdgym.envs.sim.points import POINTS
 AGENT_META = "agent.json"
 
 
-def env_module(env_id: str):
-    """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy)."""
+def env_ids() -> list[str]:
+    """The ids of pdgym's own envs (one per decision point); gymnasium's registry holds others (CartPole-v1)."""
+    return [p.env_id for p in POINTS.values()]
+
+
+def env_module(env_id: str, key: str = "env.id"):
+    """The module of a registered pdgym env (it holds ENV_ID, make_env and AgentPolicy); any other id, one of
+    gymnasium's own included, is one line naming `key`."""
     import gymnasium as gym
     import pdgym.envs  # noqa: F401  (registers the envs)
 
-    if env_id not in gym.registry:
-        raise ConfigError(f"env.id: unknown {env_id!r}; allowed: {', '.join(k for k in gym.registry if 'pdgym' in k)}")
+    if env_id not in env_ids() or env_id not in gym.registry:
+        raise ConfigError(f"{key}: unknown {str(env_id)[:80]!r}; allowed: {', '.join(env_ids())}")
     entry = gym.registry[env_id].entry_point
     return importlib.import_module(entry.split(":")[0] if isinstance(entry, str) else entry.__module__)
 
@@ -48,6 +54,25 @@ def model_file(path: Path) -> Path:
 
 MAX_AGENT_META_BYTES = 16 * safe_files.MiB  # agent.json: JSON of a few kB (docs/architecture.md, bounds)
 AGENT_META_KEYS = {"point": str, "env_id": str, "env_kwargs": dict}  # what rebuilding an agent's observation reads
+SET_BY_THE_APP = ("config", "render_mode", "trace_split")  # env options an app gives the env itself, never stored
+
+
+def check_stored_agent(meta: dict, key: str, path) -> dict:
+    """A stored agent's point, env id and env_kwargs (agent.json, a zoo index entry), refused by name when they
+    could not have been written by pdgym-train: a point or env id outside pdgym's registry (gymnasium's CartPole-v1
+    would be imported and have no AgentPolicy), an env id of another point, env_kwargs keys the app sets itself."""
+    if meta["point"] not in POINTS:
+        raise ConfigError(f"{key}: {path} names decision point {str(meta['point'])[:40]!r}; allowed: "
+                          f"{', '.join(POINTS)}")
+    want = POINTS[meta["point"]].env_id
+    if meta["env_id"] != want:
+        raise ConfigError(f"{key}: {path} names env_id {str(meta['env_id'])[:80]!r}; an agent of the "
+                          f"{meta['point']} point runs in {want} (pdgym's envs: {', '.join(env_ids())})")
+    bad = sorted(k for k in meta["env_kwargs"] if k in SET_BY_THE_APP or not isinstance(k, str))
+    if bad:
+        raise ConfigError(f"{key}: {path} has env_kwargs {bad}; those are set by the app running the agent, never "
+                          "stored (pdgym-train writes scenario, overrides, the other points' policies, env options)")
+    return meta
 
 
 def read_agent_meta(root: Path, key: str = "policy") -> dict:
@@ -61,9 +86,7 @@ def read_agent_meta(root: Path, key: str = "policy") -> dict:
         if not isinstance(meta.get(name), kind):
             raise ConfigError(f"{key}: {path} has no valid {name!r} (got {meta.get(name)!r}); not written by "
                               "pdgym-train?")
-    if meta["point"] not in POINTS:
-        raise ConfigError(f"{key}: {path} names decision point {meta['point']!r}; allowed: {', '.join(POINTS)}")
-    return meta
+    return check_stored_agent(meta, key, path)
 
 
 @dataclass
@@ -121,7 +144,7 @@ def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
 
     ent = zoo.entry(name, root)
     path = zoo.archive(name, root)
-    meta = zoo.agent_meta(name, ent)
+    meta = check_stored_agent(zoo.agent_meta(name, ent), "policy", f"the zoo index entry {name!r}")
     return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")),
                        zoo_source(name))
 

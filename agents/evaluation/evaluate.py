@@ -542,8 +542,8 @@ def validate(cfg) -> None:
     data = to_container(cfg)
     cand, seeds, split_name, _, _, others = checked(data)
     raw, seed = apply_split(data, data["splits"][split_name] if split_name else None, seeds[0])
-    specs = dict(others, **{cand.point: cand.spec}) if cand.kind == "baseline" else others
-    Simulator(sim_config_from(raw), make_policies(specs), seed=seed).run(until=0.0)  # policies bound to the cluster
+    pols = dict(make_policies(others), **{cand.point: cand.build()})  # an agent too: can it run on this cluster?
+    Simulator(sim_config_from(raw), pols, seed=seed).run(until=0.0)  # policies bound to the cluster
 
 
 # Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/common.refuse_unused).

@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import io
 import json
+import math
 import os
 import pickle  # only for the exception torch raises when weights_only refuses an object: nothing is unpickled
 import re
@@ -42,6 +43,9 @@ READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyE
                RuntimeError, pickle.UnpicklingError)
 FIT_ERRORS = (RuntimeError, KeyError, ValueError, TypeError)  # weights that do not fit the network
 FORMAT = "pdgym-model/1"
+MAX_OBS_SIZE = 10**6  # numbers in an observation (the largest pdgym env's: a few thousand)
+MAX_ACTIONS = 10**5  # actions of a Discrete space (pdgym's: slots + a few)
+MAX_WIDTH = 1 << 16  # units of one hidden layer
 MANIFEST = "pdgym_model.json"
 COUNTERS = ("_episode_num", "_n_updates", "_n_calls")  # SB3 state a resume continues (where present)
 REPLAY_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
@@ -93,6 +97,37 @@ class NetSpec:
         return cls(algo, "pointer" if kind == "pointer" else policy, resolved,
                    list(net_arch) if isinstance(net_arch, (list, tuple)) else net_arch,
                    [int(d) for d in env.observation_space.shape], int(env.action_space.n))
+
+    def checked(self, where) -> NetSpec:
+        """This spec as read from a manifest, within what pdgym-train writes: a known algorithm, an observation of
+        1 to 3 dimensions and at most MAX_OBS_SIZE numbers, 1 to MAX_ACTIONS actions, net_arch layer widths
+        (agent.net_arch's form, each at most MAX_WIDTH): a manifest saying obs_shape [10**12] would make the network
+        allocate 931 GiB before any weight is compared. Else one ModelFileError line naming the key."""
+        def bad(key: str, got, allowed: str):
+            raise ModelFileError(f"{where}: {MANIFEST} spec.{key} = {str(got)[:60]!r}; allowed: {allowed}")
+
+        if self.algo not in ALGOS:
+            bad("algo", self.algo, ", ".join(ALGOS))
+        dims = self.obs_shape
+        if (not isinstance(dims, list) or not 1 <= len(dims) <= 3
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+                or math.prod(dims) > MAX_OBS_SIZE):
+            bad("obs_shape", dims, f"1 to 3 integers >= 1, {MAX_OBS_SIZE} numbers at most")
+        n = self.n_actions
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ACTIONS:
+            bad("n_actions", n, f"an integer in [1, {MAX_ACTIONS}]")
+        from pdgym.agents.training.schema import check_net_arch
+
+        try:
+            check_net_arch(self.net_arch, f"{where}: {MANIFEST} spec.net_arch")
+        except ConfigError as exc:
+            raise ModelFileError(str(exc)) from None
+        widths = self.net_arch.values() if isinstance(self.net_arch, dict) else [self.net_arch or []]
+        if any(w > MAX_WIDTH for ws in widths for w in ws):
+            bad("net_arch", self.net_arch, f"layer widths of at most {MAX_WIDTH}")
+        if not isinstance(self.features, dict):
+            bad("features", self.features, "a mapping {kind, ...}")
+        return self
 
     def policy_class(self) -> type:
         from .features import pointer_policy
@@ -240,7 +275,7 @@ def read(path: Path, training: bool = False, sha256: str | None = None) -> dict:
                 with np.load(io.BytesIO(zf.read(name)), allow_pickle=False) as z:
                     return {k: z[k] for k in z.files}
 
-            out = {"manifest": manifest, "spec": NetSpec(**manifest["spec"]), "policy": tensors("policy.pt"),
+            out = {"manifest": manifest, "spec": NetSpec(**manifest["spec"]).checked(path), "policy": tensors("policy.pt"),
                    "normalize": arrays("normalize.npz") if "normalize.npz" in names else None}
             if training:
                 out["optimizer"] = tensors("optimizer.pt") if "optimizer.pt" in names else None

@@ -133,6 +133,13 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     for k in ("total_timesteps", "checkpoint_freq", "log_freq", "seed"):  # total_timesteps=0: the BC clone only
         if getattr(app, k) < 0:
             raise ConfigError(f"{k}: got {getattr(app, k)}; must be >= 0")
+    if not isinstance(app.name, str) or not app.name.strip():
+        raise ConfigError(f"name: {'empty' if not str(app.name).strip() else repr(app.name)}; it names the run "
+                          "(letters, digits, '_', '-', '.')")
+    if app.total_timesteps == 0 and agent.bc.teacher is None:
+        raise ConfigError("total_timesteps: 0 trains nothing without agent.bc.teacher (0 with a teacher: the "
+                          "behaviour-cloned policy only); give a number of environment steps >= 1")
+    check_bc(agent.bc)
     if app.eval.freq < 0:
         raise ConfigError(f"eval.freq: got {app.eval.freq}; must be >= 0 (0: only at the end)")
     check_seed_list(app.eval.seeds, "eval.seeds")
@@ -154,6 +161,17 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     if agent.bc.teacher is not None:
         check_teacher(agent.bc.teacher, env.point)
     return app, env, agent
+
+
+def check_bc(bc: BCSchema) -> None:
+    """agent.bc's numbers (read even without a teacher: a bad one is a typo now, a crash in a later run)."""
+    for k in ("episodes", "max_steps", "epochs", "batch_size"):
+        if getattr(bc, k) < 1:
+            raise ConfigError(f"agent.bc.{k}: got {getattr(bc, k)}; must be an integer >= 1")
+    if not (math.isfinite(bc.lr) and bc.lr > 0):
+        raise ConfigError(f"agent.bc.lr: got {bc.lr}; must be a finite number > 0")
+    if not (math.isfinite(bc.value_coef) and bc.value_coef >= 0):
+        raise ConfigError(f"agent.bc.value_coef: got {bc.value_coef}; must be a finite number >= 0")
 
 
 def check_net_arch(arch: Any, key: str = "agent.net_arch") -> None:

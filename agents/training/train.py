@@ -196,7 +196,10 @@ def train(data: dict, out: Path) -> dict:
     if bc_stats is not None:  # the warm-started policy is the first candidate for the best model
         evaluator.init_callback(model)
         evaluator.run()
-    if not remaining:
+    if not remaining and app.total_timesteps == 0:
+        print(f"{app.name}: total_timesteps=0: the behaviour-cloned policy only (no reinforcement-learning step)",
+              flush=True)
+    elif not remaining:
         print(f"{app.name}: already at step {done} of total_timesteps={app.total_timesteps}; nothing to train",
               flush=True)
     else:

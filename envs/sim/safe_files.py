@@ -110,8 +110,8 @@ def parse_json(text: str, what: str, path: str | os.PathLike | None = None, max_
     """`text`'s JSON value, nested at most `max_depth` deep; else one ConfigError line starting with `what`."""
     where = f" {path}" if path is not None else ""
     if too_deep(text, max_depth):
-        raise ConfigError(f"{what}:{where} nests its values more than {max_depth} deep; pdgym's files nest a few "
-                          "levels")
+        raise ConfigError(f"{what}:{where} nests its values too deeply (more than {max_depth} levels; pdgym's files "
+                          "nest a few)")
     try:
         return json.loads(text)
     except ValueError as exc:
