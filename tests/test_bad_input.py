@@ -121,6 +121,7 @@ REPRO = [
     (["md1_check", "repro.runner=os:system"], "repro.runner"), (["md1_check", "repro.runner=builtins:print"], "repro.runner"),
     (["md1_check", "repro.runner=pdgym.agents.experiments.md1_check:nope"], "repro.runner"),
     (["md1_check", "repro.runner=3"], "repro.runner"), (["md1_check", "repro.runner=null"], "repro.runner"),
+    (["md1_check", "+repro.extra=1"], "repro.extra: not a parameter"),
     # a new key inside a mapping: the hint adds that key alone, with its own value
     (["br_imbalance", "repro.br0={name: br0, order: length}"], "use +repro.br0.order=length"),
 ]
@@ -192,6 +193,19 @@ OTHERS = [
     ("pdgym-leaderboard", ["agents=[{label: x, path: /nonexistent/run}]"], "/nonexistent/run"),
     ("pdgym-leaderboard", ["metrics=[bogus]"], "bogus"), ("pdgym-leaderboard", ["n_jobs=0"], "n_jobs"),
     ("pdgym-leaderboard", ["seeds=[0,0]"], "seeds"),
+    # issue 38: tracebacks and wrongly accepted values of the hostile audit
+    ("pdgym-train", ["env.id=CartPole-v1"], "env.id: unknown 'CartPole-v1'; allowed: pdgym/"),
+    ("pdgym-train", ["agent.bc.lr=nan"], "agent.bc.lr"), ("pdgym-train", ["agent.bc.lr=0"], "agent.bc.lr"),
+    ("pdgym-train", ["agent.bc.epochs=-1"], "agent.bc.epochs"), ("pdgym-train", ["agent.bc.batch_size=0"], "agent.bc"),
+    ("pdgym-train", ["total_timesteps=0", "agent.bc.teacher=null"], "total_timesteps: 0 trains nothing"),
+    ("pdgym-train", ["name="], "name: empty"), ("pdgym-train", ["name= ", "hydra.run.dir=elsewhere"], "name: empty"),
+    ("pdgym-leaderboard", ["capacity_requests=abc"], "capacity_requests"),
+    ("pdgym-leaderboard", ["capacity_requests=0"], "capacity_requests"),
+    ("pdgym-leaderboard", ["banner=[1]"], "banner"),
+    ("pdgym-leaderboard", ["tolerate_failures=maybe"], "tolerate_failures: got 'maybe'"),
+    ("pdgym-leaderboard", ["plots=maybe"], "plots: got 'maybe'"), ("pdgym-leaderboard", ["print=maybe"], "print"),
+    ("pdgym-leaderboard", ["progress=3"], "progress: got 3"),
+    ("pdgym-eval", ["policy=zoo:decode_ht_n16", "scenario=md1_single_slot"], "needs decode instances"),
 ]
 CASES = [("pdgym-sim", a, k) for a, k in SIM] + [("pdgym-repro", a, k) for a, k in REPRO] + OTHERS
 

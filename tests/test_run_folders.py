@@ -303,3 +303,197 @@ def test_holder_is_read_from_at_most_a_bounded_marker(tmp_path, monkeypatch):
         assert run_folder._holder(run / MARKER) == ("pdgym-sim, pid 42" if data.startswith(b'{"app"')
                                                     else "another pdgym process")
     assert run_folder._holder(link) == "another pdgym process"
+
+
+# --------------------------------------------------------------------------- links planted in a run folder (#38)
+# Each app with arguments giving many of the names it writes (plots, traces, compare sets), run twice into one folder.
+LINKED = {
+    "pdgym-sim": ["workload.num_requests=10", "trace=true", "compare=[{label: a}, {label: b, decode: least_kv}]"],
+    "pdgym-eval": ["policy=br0", "scenario=decode_tier_n16", "workload.num_requests=40", "seeds=[0]"],
+}
+
+
+def _main(app: str, argv: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, list[str], str]:
+    """`app`'s main run in-process from `cwd`: (exit code, 0 when it returned, its non-blank stderr lines, stderr)."""
+    monkeypatch.chdir(cwd)
+    module = VALID[app][0] if app in VALID else "pdgym.agents.apps.repro"
+    try:
+        importlib.import_module(module).main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    return code, [ln for ln in err.splitlines() if ln.strip()], err
+
+
+def _written(run: Path) -> list[str]:
+    """Every regular file under `run` (links not followed), relative: the names the app wrote there."""
+    out = []
+    for d, _dirs, files in os.walk(run):
+        out += [str((Path(d) / f).relative_to(run)) for f in files if (Path(d) / f).is_file()]
+    return sorted(n for n in out if n != MARKER)
+
+
+def _old_temporary(name: str) -> str:
+    """The fixed temporary name the atomic writer used before (`.metrics.json.partial.json`)."""
+    p = Path(name)
+    return str(p.with_name(f".{p.name}.partial{p.suffix}"))
+
+
+def _plant(run: Path, names: list[str], user: Path) -> dict[Path, bytes]:
+    """At each name under `run`, a link to a user file of its own (the name's file removed first); {target: bytes}."""
+    user.mkdir(exist_ok=True)
+    targets = {}
+    for i, name in enumerate(names):
+        target = user / f"file{i}{Path(name).suffix}"
+        target.write_bytes(f"the user's file {i}\n".encode())
+        (run / name).unlink(missing_ok=True)
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).symlink_to(target)
+        targets[target] = target.read_bytes()
+    return targets
+
+
+@pytest.mark.parametrize("app", sorted(LINKED))
+def test_links_at_every_name_an_app_writes_receive_nothing(app, tmp_path, monkeypatch, capsys):
+    """Run once; plant a link to a user file at every name the run wrote (results and the old fixed temporaries,
+    outside .hydra/); run again into the folder: the links are replaced, not one byte reaches a user file."""
+    run, argv = tmp_path / "run", [*LINKED[app], f"hydra.run.dir={tmp_path / 'run'}"]
+    code, _, err = _main(app, argv, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    names = [n for n in _written(run) if not n.startswith(".hydra")]
+    assert "metrics.json" in names and len(names) >= 2, names
+    temporaries = [_old_temporary(n) for n in names]
+    targets = _plant(run, names + temporaries, tmp_path / "user")
+    code, _, err = _main(app, argv, tmp_path, monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert {t: t.read_bytes() for t in targets} == targets, "a run wrote through a link"
+    assert not any((run / n).is_symlink() for n in names if (run / n).exists()), "a link at a result stayed"
+    assert sorted(p.name for p in (tmp_path / "user").iterdir()) == sorted(t.name for t in targets)
+
+
+@pytest.mark.parametrize("where", [".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"])
+def test_links_where_hydra_writes_are_refused_before_it_writes(where, tmp_path, monkeypatch, capsys):
+    """Hydra opens .hydra/{config,hydra,overrides}.yaml with a plain open(): a link there (or at .hydra) in a run
+    folder pdgym-sim made is refused in one line before Hydra writes, and the user's file or folder is untouched."""
+    import json
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.yaml").write_text("the user's own config\n")
+    if where == ".hydra":
+        (run / ".hydra").rmdir()
+        (run / ".hydra").symlink_to(user)
+    else:
+        (run / where).symlink_to(user / "config.yaml")
+    before = _tree(user)
+    code, lines, err = _main("pdgym-sim", ["workload.num_requests=20", "plots=false", f"hydra.run.dir={run}"], tmp_path,
+                             monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-sim", "symbolic link", where.split("/")[-1])
+    assert _tree(user) == before and not (run / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("where", ["multirun.yaml", "0_seed=0"])
+def test_links_in_a_sweep_folder_are_refused(where, tmp_path, monkeypatch, capsys):
+    import json
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    user = tmp_path / "user"
+    user.mkdir()
+    (sweep / where).symlink_to(user)
+    code, lines, err = _main("pdgym-sim", ["-m", "seed=0", "workload.num_requests=20", "plots=false",
+                                           f"hydra.sweep.dir={sweep}"], tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-sim", "symbolic link", where)
+    assert list(user.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["compare", "compare/b"])
+def test_sim_refuses_a_linked_compare_folder(name, tmp_path, monkeypatch, capsys):
+    import json
+
+    run, user = tmp_path / "run", tmp_path / "user"
+    (run / name).parent.mkdir(parents=True, exist_ok=True)
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    user.mkdir()
+    (run / name).symlink_to(user)
+    code, lines, err = _main("pdgym-sim", [*LINKED["pdgym-sim"], "plots=false", "trace=false", f"hydra.run.dir={run}"],
+                             tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert list(user.iterdir()) == []
+
+
+def test_atomic_writer_temporary_is_fresh_and_never_a_link(tmp_path):
+    """The temporary is created by the writer (O_EXCL, an unpredictable name) in the final file's folder: a link
+    planted at the old fixed name or anywhere else is never opened; the final name's link is replaced."""
+    from pdgym.envs.sim import safe_files
+
+    user = tmp_path / "user.txt"
+    user.write_text("mine\n")
+    (tmp_path / "out.csv").symlink_to(user)
+    (tmp_path / ".out.csv.partial.csv").symlink_to(user)
+    seen = []
+    with safe_files.atomic_path(tmp_path / "out.csv") as tmp:
+        st = os.lstat(tmp)
+        seen.append((tmp.parent, tmp.name, st.st_nlink, st.st_size))
+        assert tmp.name.startswith(".out.csv.") and tmp.suffix == ".csv" and not tmp.is_symlink()
+        tmp.write_text("a,b\n")
+    assert seen[0][0] == tmp_path and seen[0][2:] == (1, 0)
+    assert user.read_text() == "mine\n" and (tmp_path / "out.csv").read_text() == "a,b\n"
+    assert not (tmp_path / "out.csv").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.csv.partial.csv", "out.csv", "user.txt"]
+
+
+def test_atomic_writer_refuses_a_folder_at_the_final_name(tmp_path):
+    from pdgym.envs.sim import safe_files
+
+    (tmp_path / "steps.csv").mkdir()
+    with pytest.raises(ConfigError, match="steps.csv is a folder"):
+        safe_files.write_text(tmp_path / "steps.csv", "x\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.csv"]
+
+
+@pytest.mark.parametrize("flags", [os.O_WRONLY | os.O_APPEND | os.O_CREAT, os.O_RDWR | os.O_CREAT])
+def test_file_written_in_place_is_opened_without_following_a_link(flags, tmp_path):
+    from pdgym.envs.sim import safe_files
+
+    user = tmp_path / "user.csv"
+    user.write_text("mine\n")
+    (tmp_path / "log.csv").symlink_to(user)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        safe_files.open_nofollow(tmp_path / "log.csv", flags)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        safe_files.open_nofollow("/dev/null", flags)
+    assert user.read_text() == "mine\n"
+
+
+# --------------------------------------------------------------------------- a run folder belongs to its app
+@pytest.mark.parametrize("app", ["pdgym-sim", "pdgym-eval"])
+def test_another_apps_run_folder_is_refused(app, tmp_path, monkeypatch, capsys):
+    """pdgym-sim or pdgym-eval into a pdgym-train run folder would replace the training's metrics.json."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-train", "pid": 1}))
+    (run / "metrics.json").write_text('{"objective": 1.0}\n')
+    before = _tree(run)
+    code, lines, err = _main(app, [*VALID[app][1], f"hydra.run.dir={run}"], tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, app, "pdgym-train run folder")
+    assert _tree(run) == before
+
+
+def test_an_adopted_folder_is_claimed_by_its_first_app(tmp_path):
+    """An empty marker (`touch .pdgym-run` adopts an older run) names no app: any app may claim the folder, and
+    from then on it is that app's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).touch()
+    run_folder.claim(run, "k", "pdgym-eval").release()
+    with pytest.raises(ConfigError, match="is a pdgym-eval run folder"):
+        run_folder.claim(run, "k", "pdgym-sim")
+    run_folder.claim(run, "k", "pdgym-eval").release()

@@ -84,6 +84,10 @@ def validate(cfg, defaults, runner) -> None:
     `repro` lists and scalars (against the reproduction's defaults, `defaults`)."""
     check_seed(to_container(cfg).get("seed"))
     repro_seeds(cfg)
+    added = sorted(set(cfg.repro) - set(defaults.repro))  # `+repro.extra=1`: a key no runner reads
+    if added:
+        raise ConfigError(f"repro.{added[0]}: not a parameter of this reproduction (no runner reads it); allowed: "
+                          f"{', '.join(k for k in defaults.repro if k != 'runner')}")
     check_lists(cfg.repro, defaults.repro, getattr(runner, "may_be_empty", frozenset()))
     check_scalars(cfg.repro, defaults.repro, getattr(runner, "may_be_null", {}), getattr(runner, "within", {}))
     check_within(cfg.repro, getattr(runner, "within", {}))

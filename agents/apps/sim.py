@@ -120,6 +120,11 @@ def main(cfg: DictConfig) -> dict:
     out = run_dir()
     for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
         (out / stale).unlink(missing_ok=True)
+    dirs = {label: out if i == 0 else inside(out, "compare", label) for i, (label, _) in enumerate(sets)}
+    if len(sets) > 1:  # folders of pdgym's own, never through a link planted at their names: checked before the runs
+        safe_files.make_dir(out / "compare", "compare")
+        for label, _ in sets[1:]:
+            safe_files.make_dir(out / "compare" / label, "compare")
     results, passes = {}, {}
     for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1 or None):
         if cfg.get("trace", False):
@@ -127,11 +132,6 @@ def main(cfg: DictConfig) -> dict:
         else:
             results[label] = simulate(sim_cfg, pols, seed=seed)
     first = next(iter(results))
-    dirs = {label: out if label == first else inside(out, "compare", label) for label in results}
-    if len(results) > 1:  # folders of pdgym's own, never through a link planted at their names
-        safe_files.make_dir(out / "compare", "compare")
-        for label in list(results)[1:]:
-            safe_files.make_dir(out / "compare" / label, "compare")
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
         if label != first:

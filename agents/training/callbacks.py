@@ -61,7 +61,9 @@ class CheckpointEvery(BaseCallback):
         self.last = 0
 
     def _init_callback(self) -> None:
-        self.last = self.num_timesteps
+        # the model's count: the callback's own is 0 until training starts, so a run resumed at step 2048 saved
+        # its next checkpoint one step later (model_2049.zip) instead of `freq` steps after the one it holds
+        self.last = int(self.model.num_timesteps)
 
     def _on_step(self) -> bool:
         if self.freq > 0 and self.num_timesteps - self.last >= self.freq:
@@ -172,7 +174,7 @@ class HeldOutEval(BaseCallback):
         score = E.direction(self.primary) * h[self.primary].to_numpy(dtype=float)
         if np.isfinite(score).any():
             self.best = float(np.nanmax(score))
-        self.last = self.num_timesteps
+        self.last = int(self.model.num_timesteps)  # a resumed run evaluates `freq` steps after its checkpoint
 
     def _on_step(self) -> bool:
         return True

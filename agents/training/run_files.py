@@ -135,14 +135,17 @@ def progress_writer(run: Path, resumed_at: int | None):
         if lines:
             keys = lines[0].rstrip("\r\n").split(",")
             col = keys.index(STEP_COL) if STEP_COL in keys else None
-            for line in lines[1:]:
+            for line in lines[1:]:  # in logging order: up to the first row past the checkpoint
                 row = next(csv.reader([line]), [])
+                if len(row) != len(keys):
+                    break  # a row the interrupted process left half-written
                 try:
-                    step = float(row[col]) if col is not None else None
-                except (IndexError, ValueError):
-                    continue  # a row the interrupted process left half-written
-                if step is not None and step <= resumed_at:
-                    kept.append(line if line.endswith("\n") else line + "\n")
+                    step = float(row[col]) if col is not None and row[col] != "" else None
+                except ValueError:
+                    break
+                if step is not None and step > resumed_at:
+                    break
+                kept.append(line if line.endswith("\n") else line + "\n")  # a row without a step: an evaluation's
     fh.seek(0)
     fh.truncate()
     if keys:
