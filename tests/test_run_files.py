@@ -158,6 +158,14 @@ BROKEN = [
     ("model_device", GOOD, "/dev/zero", "a device"),
     ("model_outside", GOOD, "OUTSIDE", "leads outside"),
     ("model_junk", GOOD, "junk", "unreadable or truncated model file"),
+    # issue 38: a value nested 100,000 deep (json.loads: RecursionError), an env id outside pdgym's registry
+    # (gymnasium's CartPole-v1 has no AgentPolicy), env_kwargs the app sets itself (make_env got config twice)
+    ("deep", b"[" * 100_000 + b"]" * 100_000, None, "nests its values too deeply"),
+    ("deep_object", b'{"point": ' * 5_000 + b"1" + b"}" * 5_000, None, "nests its values too deeply"),
+    ("cartpole", json.dumps(dict(META, env_id="CartPole-v1")).encode(), None, "env_id 'CartPole-v1'"),
+    ("other_point_env", json.dumps(dict(META, env_id="pdgym/PrefillDispatch-v0")).encode(), None,
+     "runs in pdgym/DecodeRouting-v0"),
+    ("config_kwarg", json.dumps(dict(META, env_kwargs={"config": {}})).encode(), None, "env_kwargs ['config']"),
 ]
 APPS = {
     "pdgym-eval": ("pdgym.agents.evaluation.evaluate", ["scenario=decode_tier_n16"], "policy={run}"),
@@ -591,3 +599,150 @@ def test_train_refuses_a_linked_file_it_writes_in_place(name, tmp_path):
         train_from_overrides([*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=64"], run)
     assert (list(target.iterdir()) == []) if name == "tb" else target.read_text() == "the user's own file\n"
     assert sorted(p.name for p in run.iterdir()) == [name]
+
+
+# --------------------------------------------------------------------------- issue 38: hostile stored files
+def test_deep_json_is_one_line_in_every_reader(tmp_path):
+    """Nested 200,000 deep: json.loads raises RecursionError; every JSON reader bounds the depth first."""
+    from pdgym.envs.sim.traces import load_trace
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (tmp_path / "a.json").write_text(deep)
+    with pytest.raises(ConfigError, match="nests its values too deeply"):
+        safe_files.read_json(tmp_path / "a.json", 10 * safe_files.MiB, "k")
+    with pytest.raises(ConfigError, match="nests its values too deeply"):
+        safe_files.parse_json('{"a": ' * 100 + "1" + "}" * 100, "k")
+    assert safe_files.parse_json('{"a": [[1, 2], {"b": "[[[[[["}]}', "k") == {"a": [[1, 2], {"b": "[[[[[["}]}
+    row = '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+    (tmp_path / "t.jsonl").write_text(row + '{"timestamp": 1, "input_length": ' + deep + "}\n")
+    with pytest.raises(ConfigError, match=r"t.jsonl line 2: nested more than 64 deep") as e:
+        load_trace(str(tmp_path / "t.jsonl"), "workload.trace")
+    assert "\n" not in str(e.value)
+
+
+def test_deep_or_foreign_zoo_index_is_one_line(tmp_path):
+    from pdgym.agents.evaluation import candidates
+    from pdgym.agents.learned import zoo
+
+    (tmp_path / zoo.INDEX).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="zoo index: .* nests its values too deeply"):
+        zoo.read_index(tmp_path)
+    doc = json.loads((zoo.ROOT / zoo.INDEX).read_text())
+    name = next(iter(doc["entries"]))
+    doc["entries"][name]["agent"]["env_id"] = "CartPole-v1"
+    (tmp_path / zoo.INDEX).write_text(json.dumps(doc))
+    (tmp_path / f"{name}.zip").write_bytes((zoo.ROOT / f"{name}.zip").read_bytes())
+    with pytest.raises(ConfigError, match=rf"the zoo index entry '{name}' names env_id 'CartPole-v1'"):
+        candidates.zoo_agent(name, tmp_path)
+    with pytest.raises(ConfigError, match="env.id: unknown 'CartPole-v1'"):
+        candidates.env_module("CartPole-v1")
+
+
+def _manifest(tmp_path: Path, **spec) -> Path:
+    good = {"algo": "ppo", "policy": "MlpPolicy", "features": {"kind": "flat"}, "net_arch": [8], "obs_shape": [4],
+            "n_actions": 2}
+    return _zip(tmp_path / "m.zip", {M.MANIFEST: json.dumps({"format": M.FORMAT, "members": [],
+                                                             "spec": dict(good, **spec)})})
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"obs_shape": [10**12]}, "spec.obs_shape"), ({"obs_shape": [4, 0]}, "spec.obs_shape"),
+    ({"obs_shape": "abc"}, "spec.obs_shape"), ({"n_actions": 10**9}, "spec.n_actions"),
+    ({"net_arch": "abc"}, "spec.net_arch"), ({"net_arch": [10**9]}, "spec.net_arch"), ({"algo": "evil"}, "spec.algo"),
+])
+def test_manifest_spec_out_of_bounds_is_one_line_before_any_network(spec, words, tmp_path):
+    """A manifest's obs_shape of 10^12 allocated 931 GiB building the network; each key is checked first."""
+    with pytest.raises(M.ModelFileError, match=re.escape(words)) as e:
+        M.read(_manifest(tmp_path, **spec))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("out, words", [("missing/c.png", "does not exist"), ("folder", "is a folder"),
+                                        ("c.txt", "allowed: .png")])
+def test_curves_out_that_cannot_be_a_figure_is_one_line(out, words, tmp_path, capsys):
+    runs = [_train_run(tmp_path / "src", "a")]
+    (tmp_path / "folder").mkdir()
+    code, lines, err = _curves([*map(str, runs), "--out", str(tmp_path / out)], capsys)
+    assert code == 2 and len(lines) == 1 and "--out: " in lines[0] and words in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "src"] and not (runs[0] / "curves.png").exists()
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_curves_and_sweep_table_never_write_through_a_link(tmp_path, capsys):
+    """Links at curves.png, --out, sweep_table.csv and their old fixed temporaries: replaced, never written through."""
+    from pdgym.agents.apps import sweep_table
+    from pdgym.agents.training import curves
+
+    user = tmp_path / "user"
+    user.mkdir()
+    run = _train_run(tmp_path, "a")
+    sweep = _sweep(tmp_path / "sweep")
+    names = [run / "curves.png", run / ".curves.png.partial.png", tmp_path / "c.png", tmp_path / ".c.png.partial.png",
+             sweep / "sweep_table.csv", sweep / ".sweep_table.csv.partial.csv"]
+    for i, n in enumerate(names):
+        (user / f"f{i}").write_text(f"user file {i}\n")
+        n.symlink_to(user / f"f{i}")
+    curves.main([str(run), "--out", str(tmp_path / "c.png")])
+    sweep_table.main([str(sweep), "ttft_mean"])
+    capsys.readouterr()
+    assert all((user / f"f{i}").read_text() == f"user file {i}\n" for i in range(len(names)))
+    for n in (run / "curves.png", tmp_path / "c.png", sweep / "sweep_table.csv"):
+        assert not n.is_symlink() and n.stat().st_size > 0
+
+
+def test_user_policy_constructor_error_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    from pdgym.agents.apps import sim
+
+    (tmp_path / "mypol.py").write_text(
+        "from pdgym.envs.sim.policy import DecodeRouter\n"
+        "class Bad(DecodeRouter):\n"
+        "    def __init__(self):\n"
+        "        raise ValueError('bad init')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for full in ("0", "1"):
+        monkeypatch.setenv("HYDRA_FULL_ERROR", full)
+        with pytest.raises(SystemExit) as exc:
+            sim.main(["policy.decode=mypol:Bad", "workload.num_requests=20", f"hydra.run.dir={tmp_path / 'run'}"])
+        err = capsys.readouterr().err
+        last = err.strip().splitlines()[-1]
+        assert exc.value.code == 2 and last.startswith("pdgym-sim: error: policy.decode.name: mypol:Bad()")
+        assert "ValueError: bad init" in last and not (tmp_path / "run").exists()
+        assert ("Traceback" in err and "raise ValueError('bad init')" in err) == (full == "1"), err
+
+
+# --------------------------------------------------------------------------- resume keeps the whole log (#38 item 4)
+def test_resumed_progress_log_keeps_the_rows_up_to_the_checkpoint(tmp_path):
+    from pdgym.agents.training import run_files
+
+    (tmp_path / "progress.csv").write_text(
+        "time/total_timesteps,rollout/ep_rew_mean\n64,-3.0\n,-2.9\n128,-2.5\n192,-2.0\n,-1.9\n256,-1")
+    w = run_files.progress_writer(tmp_path, 128)  # the checkpoint held step 128: 192, 256 were past it
+    w.write({"time/total_timesteps": 192, "rollout/ep_rew_mean": -1.5, "train/loss": 0.1}, {}, 192)
+    w.close()
+    df = run_files.progress(tmp_path)
+    assert list(df[run_files.STEP_COL].fillna(-1)) == [64, -1, 128, 192]  # -1: the evaluation's row, kept
+    assert list(df[run_files.RETURN_COL]) == [-3.0, -2.9, -2.5, -1.5] and df["train/loss"].iloc[-1] == 0.1
+    fresh = run_files.progress_writer(tmp_path, None)  # a fresh run starts the log empty
+    fresh.close()
+    assert (tmp_path / "progress.csv").read_text() == ""
+
+
+def test_checkpoints_after_a_resume_are_named_by_their_step(tmp_path):
+    """Restored at step 2048, checkpoint_freq 2048: the next checkpoint is model_4096.zip (it was model_2049)."""
+    from pdgym.agents.training.callbacks import CheckpointEvery
+
+    class Model:
+        num_timesteps, logger = 2048, None
+
+        def get_env(self):
+            return None
+
+    saved = []
+    cb = CheckpointEvery(2048, tmp_path, lambda model, path, training=False: saved.append(path.name) or path)
+    model = Model()
+    cb.init_callback(model)
+    for step in (2049, 3000, 4095, 4096, 5000):
+        model.num_timesteps = step
+        cb.on_step()
+    assert saved == ["model_4096.zip"]
