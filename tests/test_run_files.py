@@ -746,3 +746,30 @@ def test_checkpoints_after_a_resume_are_named_by_their_step(tmp_path):
         model.num_timesteps = step
         cb.on_step()
     assert saved == ["model_4096.zip"]
+
+
+def test_train_rerun_never_writes_through_a_link_at_a_name_it_wrote(tmp_path):
+    """A training run, then links to user files at every name it wrote that a resume replaces (and at every
+    name's old fixed temporary), then a resume=auto into the folder: not one byte reaches a user file."""
+    from pdgym.agents.training.train import train_from_overrides
+    from test_agents import SMALL_PPO, TINY
+
+    run, user = tmp_path / "run", tmp_path / "user"
+    args = [*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=64", "checkpoint_freq=64"]
+    train_from_overrides(args, run)
+    written = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    read_back = ("agent.json", "best_metrics.json", "eval_history.csv", "progress.csv", "wandb_id.txt",
+                 "best_model.zip", "checkpoints/", "tb/")  # read or written in place: their links are refused
+    names = [n for n in written if not n.startswith(read_back)]
+    assert {"config.yaml", "metrics.json", "final_model.zip", "curves.png"} <= set(names), written
+    temporaries = [str(Path(n).with_name(f".{Path(n).name}.partial{Path(n).suffix}")) for n in written]
+    user.mkdir()
+    targets = {}
+    for i, n in enumerate(names + temporaries):
+        (user / f"f{i}").write_text(f"user file {i}\n")
+        (run / n).unlink(missing_ok=True)
+        (run / n).symlink_to(user / f"f{i}")
+        targets[user / f"f{i}"] = f"user file {i}\n"
+    train_from_overrides([*args, "resume=auto"], run)
+    assert {t: t.read_text() for t in targets} == targets
+    assert not any((run / n).is_symlink() for n in names)

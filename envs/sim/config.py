@@ -289,7 +289,10 @@ class FaultConfig:
 
     drop_end_forward: float = 0.0  # probability that an EndForward signal never reaches the scheduler
     down: list[dict[str, Any]] = field(default_factory=list)  # [{instance, at, until}] prefill (disaggregated only)
-    scale: list[dict[str, Any]] = field(default_factory=list)  # [{at, count}] active prefill instances
+    # [{at, count}] active prefill instances from `at` on. A count above cluster.prefill.count is a scale-up, by
+    # design: the cluster is built with max(count) prefill instances, those beyond cluster.prefill.count down
+    # until a scale event brings them up (an autoscaler's headroom), so their memory counts from the start
+    scale: list[dict[str, Any]] = field(default_factory=list)
     detect_s: float = 5.0  # health checks report a down instance this long after it fails
 
     def validate(self, key: str = "faults") -> None:
