@@ -773,3 +773,14 @@ def test_train_rerun_never_writes_through_a_link_at_a_name_it_wrote(tmp_path):
     train_from_overrides([*args, "resume=auto"], run)
     assert {t: t.read_text() for t in targets} == targets
     assert not any((run / n).is_symlink() for n in names)
+
+
+def test_damaged_checkpoints_alone_print_nothing_before_the_error(tmp_path, capsys):
+    """With no whole checkpoint the caller's one error line is all: no 'skipping' lines before it; with one, the
+    damaged newer ones are named."""
+    for step in (64, 128):
+        (tmp_path / f"model_{step}.zip").write_bytes(b"not a zip")
+    assert M.latest_complete(tmp_path) is None and capsys.readouterr().err == ""
+    M.write_atomic(tmp_path / "model_32.zip", {M.MANIFEST: json.dumps({"format": M.FORMAT, "members": []}).encode()})
+    assert M.latest_complete(tmp_path).name == "model_32.zip"
+    assert capsys.readouterr().err.count("skipping damaged checkpoint") == 2

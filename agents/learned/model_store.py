@@ -328,11 +328,15 @@ def checkpoints(ckpt_dir: Path) -> list[Path]:
 
 
 def latest_complete(ckpt_dir: Path) -> Path | None:
-    """The newest whole checkpoint; damaged newer ones are named on stderr and skipped."""
+    """The newest whole checkpoint; damaged newer ones are named on stderr and skipped (only when a whole one is
+    found: with none, the caller's one error line is all that is printed)."""
+    skipped = []
     for p in reversed(checkpoints(ckpt_dir)):
         if is_complete(p):
+            for s in skipped:
+                print(f"pdgym: skipping damaged checkpoint {s}", file=sys.stderr)
             return p
-        print(f"pdgym: skipping damaged checkpoint {p}", file=sys.stderr)
+        skipped.append(p)
     return None
 
 

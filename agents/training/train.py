@@ -114,7 +114,8 @@ def _auto_resume(data: dict, out: Path) -> Path | None:
         return None
     ckpt = M.latest_complete(out / "checkpoints")
     if ckpt is None:
-        raise ConfigError(f"resume: no complete checkpoint in {out / 'checkpoints'}; give another name= to start over")
+        raise ConfigError(f"resume: no complete checkpoint in {out / 'checkpoints'} ({len(ckpts)} damaged); give "
+                          "another name= to start over")
     return ckpt
 
 
