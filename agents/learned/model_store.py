@@ -75,6 +75,18 @@ def algo_class(name: str):
     return getattr(importlib.import_module(mod), cls)
 
 
+def check_net_arch(arch: Any, key: str = "agent.net_arch") -> None:
+    """SB3's net_arch: null, a list of layer widths (integers >= 1), or a mapping of such lists (pi / vf / qf)."""
+    def widths(v) -> bool:
+        return isinstance(v, list) and all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in v)
+
+    ok = arch is None or widths(arch) or (isinstance(arch, dict) and set(arch) <= {"pi", "vf", "qf"}
+                                          and all(widths(v) for v in arch.values()))
+    if not ok:
+        raise ConfigError(f"{key}: got {arch!r}; give a list of layer widths (integers >= 1), e.g. [64, 64], a "
+                          "mapping {pi: [...], vf: [...]} (qf for dqn), or null for SB3's default")
+
+
 @dataclass
 class NetSpec:
     """Everything needed to rebuild a trained policy's network without its training code objects."""
@@ -116,8 +128,6 @@ class NetSpec:
         n = self.n_actions
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ACTIONS:
             bad("n_actions", n, f"an integer in [1, {MAX_ACTIONS}]")
-        from pdgym.agents.training.schema import check_net_arch
-
         try:
             check_net_arch(self.net_arch, f"{where}: {MANIFEST} spec.net_arch")
         except ConfigError as exc:

@@ -147,7 +147,7 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
         raise ConfigError(f"normalize.gamma: got {app.normalize.gamma}; allowed (0, 1]")
     if not (math.isfinite(app.normalize.clip_obs) and app.normalize.clip_obs > 0):
         raise ConfigError(f"normalize.clip_obs: got {app.normalize.clip_obs}; must be a finite number > 0")
-    check_net_arch(agent.net_arch)
+    M.check_net_arch(agent.net_arch)
     if app.eval.split not in data["splits"]:
         raise ConfigError(f"eval.split: got {app.eval.split!r}; allowed: {', '.join(data['splits'])}")
     if env.point not in E.POINTS:
@@ -172,18 +172,6 @@ def check_bc(bc: BCSchema) -> None:
         raise ConfigError(f"agent.bc.lr: got {bc.lr}; must be a finite number > 0")
     if not (math.isfinite(bc.value_coef) and bc.value_coef >= 0):
         raise ConfigError(f"agent.bc.value_coef: got {bc.value_coef}; must be a finite number >= 0")
-
-
-def check_net_arch(arch: Any, key: str = "agent.net_arch") -> None:
-    """SB3's net_arch: null, a list of layer widths (integers >= 1), or a mapping of such lists (pi / vf / qf)."""
-    def widths(v) -> bool:
-        return isinstance(v, list) and all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in v)
-
-    ok = arch is None or widths(arch) or (isinstance(arch, dict) and set(arch) <= {"pi", "vf", "qf"}
-                                          and all(widths(v) for v in arch.values()))
-    if not ok:
-        raise ConfigError(f"{key}: got {arch!r}; give a list of layer widths (integers >= 1), e.g. [64, 64], a "
-                          "mapping {pi: [...], vf: [...]} (qf for dqn), or null for SB3's default")
 
 
 def check_teacher(teacher, point: str) -> None:
