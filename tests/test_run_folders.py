@@ -499,3 +499,13 @@ def test_an_adopted_folder_is_claimed_by_its_first_app(tmp_path):
     with pytest.raises(ConfigError, match="is a pdgym-eval run folder"):
         run_folder.claim(run, "k", "pdgym-sim")
     run_folder.claim(run, "k", "pdgym-eval").release()
+
+
+def test_fresh_temporary_folder_is_new_and_has_mkdirs_permissions(tmp_path):
+    from pdgym.envs.sim import safe_files
+
+    (tmp_path / ".frames.partial").symlink_to(tmp_path)  # a planted link at a guessable name is never used
+    a, b = safe_files.fresh_dir(tmp_path, "frames"), safe_files.fresh_dir(tmp_path, "frames")
+    assert a != b and a.parent == tmp_path and not a.is_symlink() and list(a.iterdir()) == []
+    (tmp_path / "plain").mkdir()
+    assert os.stat(a).st_mode & 0o777 == os.stat(tmp_path / "plain").st_mode & 0o777

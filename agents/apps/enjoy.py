@@ -179,14 +179,13 @@ def replay(env, cand: candidates.Candidate, seed: int, s: dict, on_frame=None) -
 
 def write_outputs(out: Path, ep: dict, s: dict) -> dict:
     """frames/ (a temporary folder renamed whole), episode.gif, episode.txt; returns their paths."""
-    import tempfile
-
     from pdgym.agents.common import inside
+    from pdgym.envs.sim import safe_files
 
     out.mkdir(parents=True, exist_ok=True)
     inside(out, FRAMES)
     final = out / FRAMES
-    tmp = Path(tempfile.mkdtemp(prefix=f".{FRAMES}.", suffix=".partial", dir=out))  # fresh: no link planted there
+    tmp = safe_files.fresh_dir(out, FRAMES)  # fresh: no link planted there
     try:
         for i, img in enumerate(ep["frames"]):
             _write_png(tmp / f"frame_{i:04d}.png", img)  # names from the counter only

@@ -288,14 +288,16 @@ def publish(results: dict, out_root: Path, dest: Path) -> Path:
         src, dst = out_root / name, dest / name
         if r["summary"] is None or not (src / "summary.json").is_file():
             continue
-        tmp = dest / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        tmp = safe_files.fresh_dir(dest, name)  # fresh: no planted link
         for f in ["summary.json", RUN_RECORD, *r["summary"].get("figures", [])]:
             if (src / f).is_file():  # bounded, a regular file inside the run (checked_run named the figures)
                 (tmp / f).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / f).write_bytes(safe_files.read_bytes(src / f, MAX_FIGURE_BYTES, KEY, within=src))
-        shutil.rmtree(dst, ignore_errors=True)
+        if dst.is_symlink() or dst.is_file():
+            dst.unlink()  # a link at the run's name is replaced, never followed
+        else:
+            shutil.rmtree(dst, ignore_errors=True)
         tmp.rename(dst)
     return dest
 

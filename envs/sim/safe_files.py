@@ -288,3 +288,11 @@ def save_figure(fig, path: str | os.PathLike, **kwargs) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, **kwargs)
     return Path(path)
+
+
+def fresh_dir(parent: str | os.PathLike, name: str) -> Path:
+    """A new, empty temporary folder `.NAME.XXXXXX.partial` in `parent` (mkdtemp: an unpredictable name no planted
+    link can stand at), with the permissions mkdir would give it; fill it, then rename it whole into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent))
+    os.chmod(tmp, FILE_MODE | ((FILE_MODE & 0o444) >> 2))  # rw -> rwx where readable: 0644 -> 0755
+    return tmp
