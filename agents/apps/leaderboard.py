@@ -191,10 +191,10 @@ def board_dir(out: Path) -> run_folder.RunFolder:
 
 def point_latest(out: Path, target: Path) -> None:
     """OUT/latest -> target, replaced atomically."""
+    import secrets
+
     link = out / "latest"
-    tmp = out / ".latest.tmp"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
+    tmp = out / f".latest.{secrets.token_hex(6)}.partial"  # a fresh name: os.symlink never replaces what is there
     os.symlink(target.name, tmp)
     os.replace(tmp, link)
 
