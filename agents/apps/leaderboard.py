@@ -121,7 +121,7 @@ def check_config(cfg: dict) -> dict:
     for key in ("allow_stalled", "tolerate_failures"):
         check_bool(cfg.get(key, False), key)
     E.check_budget("budget_s", cfg.get("budget_s"))
-    for key in ("plots", "print", "progress", "tolerate_failures"):  # `maybe`, 3: not a truth value
+    for key in ("plots", "print", "progress"):  # `maybe`, 3: not a truth value
         check_bool(cfg.get(key, False), key)
     cap = cfg.get("capacity_requests")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
