@@ -1,4 +1,4 @@
-"""Golden episodes of the three envs: what an agent sees, may do and earns must not change by accident.
+"""Golden episodes of the envs, one case or more per formulation: what an agent sees, may do and earns must not change by accident.
 
 Each case plays a seeded random agent (uniform over the allowed actions) for STEPS steps and reduces
 every observation, action mask, reward and end flag to one SHA-256 digest, committed in
@@ -41,6 +41,15 @@ CASES = {
     "batching_phase": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"]}),
     "batching_threshold": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
                                                       "mode": "threshold"}),
+    # SBS times the releases, the agent composes each (whole buffer, short half, long half)
+    "prefill_composition": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
+                                                         "mode": "composition"}),
+    # the env names the worker, the agent picks its requests (envs/decode_pick.py)
+    "decode_pick": ("pdgym/DecodeRouting-v0", {**DECODE, "action": "pick"}),
+    "decode_tight_kv_pick": ("pdgym/DecodeRouting-v0", {**TIGHT, "action": "pick"}),
+    # a Box action (theta, and MB or EB): the random agent draws it uniformly in the box
+    "batching_continuous": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
+                                                       "mode": "threshold", "continuous": True, "choose_mode": True}),
 }
 
 
@@ -54,7 +63,13 @@ def play(env_id: str, kwargs: dict) -> dict:
         mask = env.unwrapped.action_masks()
         h.update(np.asarray(obs, dtype=np.float32).tobytes())
         h.update(np.asarray(mask, dtype=bool).tobytes())
-        obs, r, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
+        if isinstance(env.action_space, gym.spaces.Box):
+            space = env.action_space
+            action = rng.uniform(space.low, space.high).astype(space.dtype)
+            h.update(action.tobytes())
+        else:
+            action = int(rng.choice(np.flatnonzero(mask)))
+        obs, r, term, trunc, _ = env.step(action)
         h.update(f"{float(r)!r} {bool(term)} {bool(trunc)}".encode())
         reward += float(r)
         if term or trunc:
