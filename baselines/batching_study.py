@@ -95,7 +95,7 @@ class FixedBatching(BatchingPolicy):
         oldest = min(ready if (n_dec or u.prefilling) else math.inf, first_prompt)
         if oldest == math.inf:
             return None
-        queued = n_dec + int(req.work[u.prefilling + list(u.waiting)].sum())
+        queued = n_dec + int(req.work[[*u.prefilling, *u.waiting]].sum())
         b = self.target(queued)
         due = oldest + self.timeout_s
         if queued < b and sim.now < due:

@@ -219,8 +219,9 @@ class PrebleE2(UnitDispatch):
             if hit_max > work - hit_max:  # exploit: the cached part outweighs what is missing
                 return [(-hits[d], int(load[d])) for d in range(P.dp)]
             out = []
+            room = P.cache_free_blocks()
             for d in range(P.dp):
-                free = P.bcaches[d].hbm.capacity - len(P.bcaches[d].hbm) if P.bcaches is not None else n_blocks
+                free = room[d] if room is not None else n_blocks
                 new_blocks = n_blocks - hits[d] // bt
                 evict = max(new_blocks - free, 0) * bt
                 out.append((int(load[d]) + evict + work - hits[d],))

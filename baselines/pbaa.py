@@ -228,7 +228,7 @@ def prefix_hits(sim, inst: int, ids: list[int]) -> np.ndarray:
     """L_hit(r, d) for every request x DP unit of `inst` (what `sim.dispatch` would take off), vectorised."""
     P = sim.prefill[inst]
     H = np.zeros((len(ids), P.dp), dtype=np.int64)
-    if P.bcaches is not None:  # prefix-block caches (envs/sim/prefix_cache.py): a recompute gets no credit
+    if P.blocks is not None:  # prefix-block caches (envs/sim/prefix_cache.py): a recompute gets no credit
         done = sim.req.done
         for k, rid in enumerate(ids):
             if done[rid] == 0:

@@ -115,9 +115,9 @@ def active_arrays(sim: SimView, inst: int) -> tuple[np.ndarray, np.ndarray, np.n
     return rids, req.worker[rids].astype(np.int64), age
 
 
-def feasible(d: DecodeInstance, load: int) -> np.ndarray:
-    """Workers with a free slot and room for `load` KV tokens."""
-    return (d.batch < d.batch_limit) & (d.kv + load <= d.kv_cap)
+def feasible(d, load: int) -> np.ndarray:
+    """Workers with a free slot and room for `load` KV tokens: the engine's admission rule (`d.fits`)."""
+    return d.fits(load)
 
 
 class _FCFSRouter(DecodeRouter):

@@ -4,7 +4,7 @@ Some baselines are built from parts that are not policies themselves: SBS's capa
 (`pbaa.CapacityModel`), PBAA's allocation state (`pbaa.PBAA`), the short / long prompt split
 (`length_classes.LengthClasses`), EB's phase machine (`exclusive_batching.EB` and its
 `UnitState`), BR-H's load projection (`balance_route.BRH`) and the output-length forecast under it
-(`predictors.Predictor`). The Gymnasium envs compose the
+(`predictors.Predictor`) and Conductor's pass estimates (`cache_routing.UnitDispatch`). The Gymnasium envs compose the
 same parts, so that an agent sees what the baseline reads and acts through what the baseline
 does. They never subclass a registered policy and never read a part's internals: only the
 members these protocols list. A baseline may change anything else without changing an env's
@@ -117,6 +117,25 @@ class Releaser(Protocol):
 
     def release(self, sim, target: int, only: list[int] | None = None) -> int:
         """Send the buffer (or `only`) to `target`: one SBS cycle (pacing, watchdog, stats)."""
+
+
+@runtime_checkable
+class PassEstimates(Protocol):
+    """Conductor's view of the prefill instances (cache_routing.UnitDispatch, the cache-aware routers' base): the
+    offline full-chunk pass time, the recent pass time (EndForward average) and the units' backlog."""
+
+    def reset(self, sim) -> None: ...
+
+    def on_end_forward(self, sim, inst: int, fwd_time: float) -> None: ...
+
+    def t_full(self, sim, inst: int) -> float:
+        """Seconds of a pass whose every unit runs a full chunk (the offline profile)."""
+
+    def t_pass(self, sim, inst: int) -> float:
+        """The instance's recent pass time (t_full until its first EndForward)."""
+
+    def backlog(self, sim, inst: int) -> np.ndarray:
+        """Tokens each unit of `inst` still has to start (on the wire and queued)."""
 
 
 @runtime_checkable

@@ -41,6 +41,7 @@ class Feature:
     width: str = "1"  # entries: a product of integers and dimension names
     when: str | None = None  # a boolean attribute of the core that switches the feature on
     per_row: bool = False  # a row feature computed row by row: fn(ctx, i, row)
+    saturates: bool = False  # values past the bounds are meant to be clipped (a burst ratio): the bound is a cap
 
 
 def _count(width: str, dims: dict[str, int]) -> int:
@@ -102,6 +103,15 @@ class Layout:
 
         g, lo, hi, self.global_dim = place(glob)
         r, rlo, rhi, self.slot_dim = place(row)
+
+        def names(on, suffix=""):
+            return [f"{f.name}{f'[{k}]' if w > 1 else ''}{suffix}" for _, w, f in on for k in range(w)]
+        self.names = names(g) + [n for s in range(n_slots) for n in names(r, f"@slot{s}")]  # one per entry
+        capped = [f.saturates for _, w, f in g for _ in range(w)] + [f.saturates for _, w, f in r for _ in range(w)] * n_slots
+        self._capped = np.array(capped, dtype=bool)
+        # None: build clips silently (the envs' contract); a list: build also appends "name=value" of every entry
+        # it had to clip (or NaN), so a test can tell a declared bound that is false (test_shared_api)
+        self.clipped: list[str] | None = None
         self.n_slots = n_slots
         self.size = self.global_dim + n_slots * self.slot_dim
         self.low = np.array(lo + rlo * n_slots, dtype=np.float64)
@@ -164,6 +174,9 @@ class Layout:
                     r[:, a:b] = fn(ctx)
                 if self._has_e:
                     r[:, self._e_sel] = np.reshape(self._per_row(ctx, n_rows, rows), (n_rows, -1))
+        if self.clipped is not None:
+            bad = np.flatnonzero(~((out >= self._lo32) & (out <= self._hi32) | self._capped))
+            self.clipped += [f"{self.names[i]}={out[i]:g}" for i in bad.tolist()]
         np.maximum(out, self._lo32, out=out)
         return np.minimum(out, self._hi32, out=out)
 

@@ -107,9 +107,11 @@ GLOBAL = (
     Feature("buffered_tokens", lambda o: o.nb and o.work.sum() / (o.D * o.chunk), 0, 5,
             "buffered prefill tokens / (D chunk)"),
     Feature("oldest_age", lambda o: o.nb and o.age[0] / o.slo, 0, 5, "oldest buffered age / SLO TTFT"),
-    Feature("arrival_rate", _rate, 0, 5, "arrival token rate / cluster token capacity (N D chunk / T_full)"),
+    Feature("arrival_rate", _rate, 0, 5, "arrival token rate / cluster token capacity (N D chunk / T_full)",
+            saturates=True),
     Feature("t_fwd", lambda o: o.cap.t_fwd / o.tf, 0, 5, "T_fwd / T_full"),
-    Feature("since_release", lambda o: (o.now - o.core.last_release) / o.tf, 0, 5, "time since the last release / T_full"),
+    Feature("since_release", lambda o: (o.now - o.core.last_release) / o.tf, 0, 5, "time since the last release / T_full",
+            saturates=True),
     Feature("interval", lambda o: (o.cap.t_fwd + o.core._lnet) / max(o.n_act, 1) / o.tf, 0, 5,
             "(T_fwd + L_net) / healthy instances / T_full"),
     Feature("left_over", lambda o: o.nb and o.core.pbaa.n_left_over(o.sim.buffer) / o.nb, 0, 1,
@@ -172,7 +174,7 @@ class _Core(LayoutCore, PrefillScheduler):
         self.cap: Capacity
         self.pbaa: Allocator
         self.classes: LengthSplit
-        if self.composition:  # SBS times the releases; at each one the agent composition what it sends
+        if self.composition:  # SBS times the releases; at each one the agent composes what it sends
             self.sbs = SBS(allocation="pbaa_cache" if cache_aware else "pbaa", window=window, n_limit=n_limit,
                            overload=overload)
             self.sbs.hook_release(self._release_due)
@@ -328,7 +330,7 @@ class _Core(LayoutCore, PrefillScheduler):
             cap.poll(sim, i)
 
     def _release_due(self, sim, target: int) -> None:
-        """SBS's release hook (composition): SBS would release to `target` now; the agent composition it (`apply`)."""
+        """SBS's release hook (composition): SBS would release to `target` now; the agent composes it (`apply`)."""
         self._target = target
         self.decide(sim)
 

@@ -66,7 +66,8 @@ def _pick(c: _Ctx) -> np.ndarray:
 GLOBAL = (
     Feature("buffered", lambda c: math.log1p(c.nb) / _LOG256, 0, 5, "log1p(requests waiting to be routed) / log1p(256)"),
     Feature("candidate_prompt", lambda c: c.work / c.chunk, 0, BIG, "candidate prompt / chunk"),
-    Feature("arrival_rate", _rate, 0, 5, "arrival token rate / cluster token capacity (N D chunk / T_full)"),
+    Feature("arrival_rate", _rate, 0, 5, "arrival token rate / cluster token capacity (N D chunk / T_full)",
+            saturates=True),
     Feature("cluster_backlog", lambda c: c.back[c.healthy > 0].sum() / (max(c.n_act, 1) * c.chunk), 0, BIG,
             "backlog tokens of the healthy units / (their count x chunk)"),
     Feature("healthy_share", lambda c: c.healthy.mean(), 0, 1, "share of instances healthy"),
@@ -104,7 +105,7 @@ class RouteCore(LayoutCore, PrefillScheduler):
         check_choice(mode, "env.mode", ("route",))
         self.mode = mode
         self.n = self.D = 0
-        self.est = UnitDispatch()  # Conductor's recent pass time and backlog, fed the same events
+        self.conductor = UnitDispatch()  # Conductor's recent pass time and backlog, fed the same events
 
     # -------------------------------------------------------------- sizes
     def set_dims(self, n: int, dp: int) -> None:
@@ -131,11 +132,11 @@ class RouteCore(LayoutCore, PrefillScheduler):
         n, dp = len(sim.prefill), sim.prefill[0].dp
         if (self.n, self.D) != (n, dp):
             self.set_dims(n, dp)
-        self.est.reset(sim)
+        self.conductor.reset(sim)
         self._sim = sim
         self._now = 0.0
         self._chunk = float(sim.prefill[0].chunk_tokens)
-        self._tf = self.est.t_full(sim, 0)
+        self._tf = self.conductor.t_full(sim, 0)
         self._cap_tok_s = n * dp * self._chunk / self._tf
         self._arrivals = ArrivalWindow()
         self.teacher = None
@@ -159,7 +160,7 @@ class RouteCore(LayoutCore, PrefillScheduler):
         self._epoch(sim)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
-        self.est.on_end_forward(sim, inst, fwd_time)
+        self.conductor.on_end_forward(sim, inst, fwd_time)
         if self.teacher is not None:
             self.teacher.on_end_forward(self._proxy, inst, fwd_time)
 
@@ -189,9 +190,9 @@ class RouteCore(LayoutCore, PrefillScheduler):
         left, t_pass = np.zeros(n), np.zeros(n)
         for i in range(n):
             P = sim.prefill[i]
-            t_pass[i] = self.est.t_pass(sim, i)
+            t_pass[i] = self.conductor.t_pass(sim, i)
             left[i] = max(P.pass_end - now, 0.0) if P.busy else 0.0
-            back[i] = self.est.backlog(sim, i)
+            back[i] = self.conductor.backlog(sim, i)
             fill[i] = P.cache_fill() or 0.0
             if rid is not None:
                 hit[i], host[i] = P.cache_hits(rid)

@@ -423,7 +423,7 @@ def test_sbs_interval_follows_the_active_instance_count():
     t, target, interval = map(np.array, zip(*pol.targets))
     assert set(target[t > 5.0].tolist()) <= {0, 1}
     late = interval[t > 6.0]
-    assert pol.order == [0, 1]
+    assert list(pol.order) == [0, 1]
     assert pol.interval == pytest.approx((pol.cap.t_fwd + sim.cfg.cluster.net_latency_s) / 2)
     assert late.mean() > 1.2 * interval[(t > 1.0) & (t < 5.0)].mean()
 

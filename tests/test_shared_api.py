@@ -13,21 +13,23 @@ import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
 from pdgym.baselines import shared
 from pdgym.baselines.balance_route import BRH
+from pdgym.baselines.cache_routing import UnitDispatch
 from pdgym.baselines.exclusive_batching import EB
 from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel
 from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.sbs import SBS
-from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, shadow
+from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, prefix_route, shadow
 from pdgym.envs.features import Feature, Layout, parse_table, table
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import Simulator
 
 ENVS_DIR = Path(prefill_dispatch.__file__).parent
-ENV_MODULES = (prefill_dispatch, decode_routing, decode_pick, phase_batching, shadow)
+ENV_MODULES = (prefill_dispatch, prefix_route, decode_routing, decode_pick, phase_batching, shadow)
 # the names under which the envs hold each part -> the protocol that lists what they may use of it
 PARTS = {"cap": shared.Capacity, "pbaa": shared.Allocator, "sbs": shared.Releaser, "classes": shared.LengthSplit,
-         "eb": shared.PhaseMachine, "projector": shared.Projector, "forecaster": shared.Forecaster}
+         "eb": shared.PhaseMachine, "projector": shared.Projector, "forecaster": shared.Forecaster,
+         "conductor": shared.PassEstimates}
 
 
 def members(proto: type) -> set[str]:
@@ -56,7 +58,7 @@ def test_envs_touch_the_shared_parts_only_through_their_read_api():
             name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else None
             if name in PARTS:
                 used.setdefault(name, set()).add((node.attr, f"{path.name}:{node.lineno}"))
-    assert {"cap", "pbaa", "sbs", "classes", "eb", "projector", "forecaster"} <= set(used)  # the scan sees the envs' parts
+    assert set(PARTS) <= set(used)  # the scan sees the envs' parts
     for part, uses in used.items():
         allowed = members(PARTS[part])
         bad = sorted(f"{where} {part}.{attr}" for attr, where in uses if attr not in allowed)
@@ -73,7 +75,8 @@ def test_the_parts_implement_their_protocols():
     for obj, proto in ((cap, shared.Capacity), (PBAA(), shared.Allocator), (sbs, shared.Releaser),
                        (LengthClasses(), shared.LengthSplit), (EB(), shared.PhaseMachine),
                        (BRH(predictor="oracle"), shared.Projector),
-                       (make_predictor("survival", "workload", None, 20000, 3), shared.Forecaster)):
+                       (make_predictor("survival", "workload", None, 20000, 3), shared.Forecaster),
+                       (UnitDispatch(), shared.PassEstimates)):
         assert isinstance(obj, proto), f"{type(obj).__name__} does not implement {proto.__name__}"
         missing = [m for m in members(proto) if not hasattr(obj, m)]
         assert not missing, (type(obj).__name__, missing)
@@ -125,7 +128,7 @@ def test_docstring_table_is_the_declaration(point):
 
 
 OPTIONS = {"prefill": [{}, {"mode": "allocation", "cache_aware": True}, {"mode": "composition", "obs_requests": 4}],
-           "decode": [{}, {"horizon_features": "memo", "max_workers": 12}],
+           "decode": [{}, {"horizon_features": "memo", "max_workers": 12}, {"action": "pick"}],
            "batching": [{}, {"mode": "threshold"}]}
 SCENARIO = {"prefill": {"overrides": ["workload.num_requests=120", "workload.rate=150"]},
             "decode": {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=120", "workload.rate=400"]},
@@ -134,18 +137,21 @@ SCENARIO = {"prefill": {"overrides": ["workload.num_requests=120", "workload.rat
 
 @pytest.mark.parametrize("point", sorted(CORES))
 def test_observations_lie_in_the_declared_bounds(point):
-    """The declared bounds are true: a random agent's observations stay inside the Box they build, and the
-    layout's parts add up to the vector."""
+    """The declared bounds are true: a random agent's observations need no clipping to lie in the Box they build
+    (Layout.build clips, so the test reads what it clipped), and the layout's parts add up to the vector."""
     mod, env_id = CORES[point]
     for opts in OPTIONS[point]:
         env = gym.make(env_id, disable_env_checker=True, **SCENARIO[point], **opts).unwrapped
         space = env.observation_space
         lay = env.obs_layout
         assert space.shape == (lay["global_dim"] + lay["n_slots"] * lay["per_slot_dim"],)
+        assert len(env.core.layout.names) == space.shape[0]
+        clipped = env.core.layout.clipped = []
         rng = np.random.default_rng(1)
         obs, _ = env.reset(seed=0)
         for _ in range(150):
             assert space.contains(obs), (opts, np.flatnonzero((obs < space.low) | (obs > space.high)))
+            assert not clipped, (opts, sorted(set(clipped))[:10])
             m = env.action_masks()
             obs, _, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(m))))
             if term or trunc:

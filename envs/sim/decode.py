@@ -61,6 +61,11 @@ class DecodeInstance(Stepper):
         """Free batch slots per worker."""
         return self.batch_limit - self.batch
 
+    def fits(self, load: int) -> np.ndarray:
+        """The admission rule, per worker: a free slot and room for `load` KV tokens. `admit` applies it to one
+        worker (the same comparisons on scalars); routers and the envs' masks ask it through the view."""
+        return (self.batch < self.batch_limit) & (self.kv + load <= self.kv_cap)
+
     # ------------------------------------------------------------------ transitions
     def wake(self) -> None:
         """Queue a step start now unless the instance is stepping or one is queued."""
@@ -70,10 +75,10 @@ class DecodeInstance(Stepper):
             self.sim.push(self.sim.now, DECODE_START, self)
 
     def admit(self, rid: int, worker: int) -> bool:
-        """Pool request `rid` joins `worker` if a slot and its KV are free (else nothing changes)."""
+        """Pool request `rid` joins `worker` if `fits` allows it there (else nothing changes)."""
         req = self.sim.req
         load = req.load(rid)
-        if self.batch[worker] >= self.batch_limit or self.kv[worker] + load > self.kv_cap[worker]:
+        if not (self.batch[worker] < self.batch_limit and self.kv[worker] + load <= self.kv_cap[worker]):  # fits()
             return False
         self.batch[worker] += 1
         self.n_batch += 1

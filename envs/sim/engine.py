@@ -108,7 +108,7 @@ class Simulator:
         self._inflight = 0  # closed loop: released, unresolved requests
         self._wall = 0.0
         self._started = False
-        self._healthy: list[int] | None = None
+        self._healthy: tuple[int, ...] | None = None
         self.faults = FaultInjector(self)
         self.view = RunView(self)  # what policies and observers are handed
         # Instance events carry the instance, so their handlers are the classes' own (unbound) methods, which each
@@ -198,10 +198,11 @@ class Simulator:
         return out
 
     # ------------------------------------------------------------------ policy action API
-    def healthy_prefill(self) -> list[int]:
-        """Instances that accept prompts (prefill, or colocated) and that health checks call healthy."""
+    def healthy_prefill(self) -> tuple[int, ...]:
+        """Instances that accept prompts (prefill, or colocated) and that health checks call healthy (a tuple:
+        the engine keeps it until health changes, so no caller may edit it)."""
         if self._healthy is None:
-            self._healthy = np.flatnonzero(self.prefill_healthy).tolist()
+            self._healthy = tuple(np.flatnonzero(self.prefill_healthy).tolist())
         return self._healthy
 
     def set_healthy(self, inst: int, value: bool) -> None:

@@ -3,7 +3,12 @@
 `SimView` is the protocol policies are written against: read-only state plus the action
 methods. The engine hands every policy (and observer) a `RunView` of itself, never the
 engine: request arrays are read-only NumPy views, the buffer and pool read-only mappings,
-and the true output length (`req.output`) raises `OracleError` unless `cfg.oracle`.
+the instances read-only facades (facades.py: no public reference to the engine or an
+instance), `cfg` a copy the engine never reads, `completed` a read-only sequence, and the
+true output length (`req.output`) raises `OracleError` unless `cfg.oracle`. Every write to
+the view or what it hands out raises; the run changes only through the action methods.
+Public names are the contract (tests/test_view_contract.py walks every one of them); names
+starting with an underscore are not, and code that goes looking (gc, `__self__`) is out of it.
 
 A stand-in for the engine (a shadow simulator that records a teacher's decisions instead
 of acting: envs/shadow.py) implements `SimView` too: the state attributes it reads from
@@ -12,11 +17,14 @@ the real view, the five action methods its own way.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, SeqView, read_only
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import SimConfig
@@ -40,23 +48,17 @@ class OracleError(RuntimeError):
     """A policy read the true output lengths of a run without `oracle: true`."""
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-class RequestView:
+class RequestView(Frozen):
     """The request table as a policy sees it: read-only arrays that follow the run."""
 
+    __slots__ = ("n", "_output", *VISIBLE, *BLOCKS)
+
     def __init__(self, table: RequestTable, oracle: bool):
-        self.n = table.n
-        for name in VISIBLE:
-            setattr(self, name, _read_only(getattr(table, name)))
+        self._set(n=table.n, _output=read_only(table.output) if oracle else None,
+                  **{name: read_only(getattr(table, name)) for name in VISIBLE})
         for name in BLOCKS:
             a = getattr(table, name)
-            setattr(self, name, None if a is None else _read_only(a))
-        self._output = _read_only(table.output) if oracle else None
+            self._set(**{name: None if a is None else read_only(a)})
 
     @property
     def output(self) -> np.ndarray:
@@ -79,16 +81,16 @@ class SimView(Protocol):
     buffer: Mapping[int, None]  # requests held by the prefill scheduler, arrival order
     pool: Mapping[int, None]  # prefill-done requests awaiting decode admission
     completed: Sequence[int]  # finished request ids in completion order (requests.IdLog: a slice is an id array)
-    prefill: tuple  # PrefillInstance (prefill.py)
-    decode: tuple  # DecodeInstance (decode.py)
-    colocated: tuple  # ColocatedInstance (colocated.py)
+    prefill: tuple  # PrefillFacade (facades.py) of each PrefillInstance (prefill.py)
+    decode: tuple  # DecodeFacade of each DecodeInstance (decode.py)
+    colocated: tuple  # ColocatedFacade of each ColocatedInstance (colocated.py)
     prefill_healthy: np.ndarray  # what health checks report, per prefill (or colocated) instance
     disaggregated: bool
     rng: np.random.Generator  # the policies' random generator
     tokens_out: int
     block_tokens: int  # tokens per prefix block of req.block_ids (0: the workload has no block hashes)
 
-    def healthy_prefill(self) -> list[int]: ...
+    def healthy_prefill(self) -> tuple[int, ...]: ...
 
     def prefix_hit(self, rid: int, inst: int, dp: int) -> int: ...
 
@@ -107,21 +109,23 @@ class SimView(Protocol):
     def pause(self) -> None: ...
 
 
-class RunView:
+class RunView(Frozen):
     """The `SimView` of a running engine (built once per run; every attribute follows the run)."""
 
+    __slots__ = ("_engine", "_proxies", "cfg", "req", "completed", "prefill", "decode", "colocated",
+                 "prefill_healthy", *SHARED)
+
     def __init__(self, engine: Any):
-        self._engine = engine
-        self._proxies: dict[str, tuple] = {}
-        self.cfg = engine.cfg
-        self.req = RequestView(engine.req, engine.cfg.oracle)
-        self.completed = engine.completed
-        self.prefill = tuple(engine.prefill)
-        self.decode = tuple(engine.decode)
-        self.colocated = tuple(engine.colocated)
-        self.prefill_healthy = _read_only(engine.prefill_healthy)
-        for name in SHARED:  # immutable values and the engine's bound query / action methods
-            setattr(self, name, getattr(engine, name))
+        self._set(_engine=engine, _proxies={},
+                  cfg=copy.deepcopy(engine.cfg),  # a copy: a policy that writes to it changes nothing the engine reads
+                  req=RequestView(engine.req, engine.cfg.oracle),
+                  completed=SeqView(engine.completed),
+                  prefill=tuple(PrefillFacade(i) for i in engine.prefill),
+                  decode=tuple(DecodeFacade(i) for i in engine.decode),
+                  colocated=tuple(ColocatedFacade(i) for i in engine.colocated),
+                  prefill_healthy=read_only(engine.prefill_healthy),
+                  # immutable values and the engine's bound query / action methods
+                  **{name: getattr(engine, name) for name in SHARED})
 
     @property
     def now(self) -> float:

@@ -1,0 +1,213 @@
+"""The view a policy is handed (envs/sim/view.py, facades.py) is read-only and leads nowhere into the engine.
+
+Every public attribute path from `sim.view` (bounded depth; zero-argument queries called; containers
+entered) is walked on running engines of each topology. The walk fails if it reaches an object the
+engine owns (the engine itself, an instance, the request table, a buffer / pool dict, a cache, the
+config, ...), a writable array that is not a fresh result, or an object whose public attributes accept
+a write. Names starting with an underscore are outside the contract (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections import deque
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import Simulator
+
+ACTIONS = {"dispatch", "reject", "set_timer", "admit", "pause"}  # the view's actions: not called by the walk
+LEAVES = (int, float, bool, str, bytes, type(None), np.generic, type, range)
+MUTABLE = (list, dict, set, deque, bytearray)
+DEPTH = 6
+
+# (scenario, overrides, simulated seconds to run before walking): each topology, and both prefix-cache kinds
+ENGINES = {
+    "decode_tier": ("decode_tier_n8", ["workload.num_requests=300", "workload.rate=400"], 0.5),
+    "prefill_prefix_keys": ("ds_v3_h800_3p1d", ["workload.num_requests=200", "cluster.prefill.prefix_cache_entries=8"],
+                            1.0),
+    "prefill_block_cache": ("prefix_mooncake", ["workload.num_requests=150", "workload.trace_offset=4000",
+                                                "workload.rate=8.5"], 3.0),
+    "colocated": ("coloc_h100_qwen3_8b", ["workload.num_requests=120", "workload.concurrency=32"], 2.0),
+}
+
+
+TIGHT_KV = ("decode_tier_n8", ["workload.num_requests=300", "workload.rate=400", "cluster.decode.kv_capacity_tokens=16000"], 0.1)
+
+
+def engine(name: str) -> Simulator:
+    scen, overrides, until = TIGHT_KV if name == "tight_kv" else ENGINES[name]
+    sim = Simulator(load_scenario(scen, overrides).sim, None, seed=0)
+    sim.run(until=until)
+    return sim
+
+
+def engine_objects(sim: Simulator) -> dict[int, object]:
+    """Every mutable object the engine reaches (private attributes included), the view and the policies excluded."""
+    skip = {id(sim.view), id(sim.policies), id(sim.rng)}
+    seen: dict[int, object] = {}
+    todo = [(sim, 0)]
+    while todo:
+        obj, depth = todo.pop()
+        if (isinstance(obj, LEAVES) or id(obj) in skip or id(obj) in seen
+                or callable(obj) and not hasattr(obj, "__dict__")):
+            continue
+        frozen = dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen
+        if not isinstance(obj, (tuple, frozenset)) and not frozen:  # immutable containers are entered, not owned
+            seen[id(obj)] = obj
+        if depth >= 8 or isinstance(obj, np.ndarray):
+            continue
+        if isinstance(obj, dict):
+            items = list(obj.values())[:50]
+        elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+            items = list(obj)[:50]
+        else:
+            items = [getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)]
+            items += list(getattr(obj, "__dict__", {}).values())
+        todo.extend((x, depth + 1) for x in items)
+    return seen
+
+
+def public(obj) -> list[str]:
+    return [n for n in dir(obj) if not n.startswith("_")]
+
+
+def walk_view(sim: Simulator):
+    """(path, object, how it was reached: 'attr' | 'item' | 'call') for every public path from the view."""
+    out, todo, seen = [], [("view", sim.view, "attr", 0)], set()
+    while todo:
+        path, obj, how, depth = todo.pop()
+        out.append((path, obj, how))
+        if isinstance(obj, (*LEAVES, np.ndarray, np.random.Generator)) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if depth >= DEPTH:
+            continue
+        if isinstance(obj, (tuple, list, frozenset)) or type(obj).__name__ in ("SeqView", "SetView"):
+            todo.extend((f"{path}[{k}]", x, "item", depth + 1) for k, x in enumerate(list(obj)[:8]))
+            continue
+        if isinstance(obj, (MappingProxyType, dict)):
+            todo.extend((f"{path}[{k!r}]", v, "item", depth + 1) for k, v in list(obj.items())[:8])
+            continue
+        for name in public(obj):
+            try:
+                val = getattr(obj, name)
+            except Exception:  # noqa: BLE001  (an oracle-only field, a property without state yet)
+                continue
+            if inspect.ismethod(val) or inspect.isbuiltin(val) or inspect.isfunction(val):
+                if name in ACTIONS:
+                    continue
+                try:
+                    required = [p for p in inspect.signature(val).parameters.values()
+                                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                except (TypeError, ValueError):
+                    continue
+                if not required and not isinstance(obj, np.random.Generator):
+                    todo.append((f"{path}.{name}()", val(), "call", depth + 1))
+                continue
+            todo.append((f"{path}.{name}", val, "attr", depth + 1))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_no_public_path_from_the_view_reaches_the_engine_or_writes(name):
+    sim = engine(name)
+    owned = engine_objects(sim)
+    assert sim.view.cfg is not sim.cfg and sim.view.cfg == sim.cfg  # a copy: equal, not the engine's
+    paths = walk_view(sim)
+    assert len(paths) > 100, "the walk saw too little of the view"
+    bad = []
+    for path, obj, how in paths:
+        if isinstance(obj, (*LEAVES, np.random.Generator)):  # rng: the policies' own stream
+            continue
+        if id(obj) in owned:
+            bad.append(f"{path}: reaches the engine's {type(obj).__name__}")
+        elif isinstance(obj, np.ndarray):
+            fresh = how == "call" and (obj.base is None or id(obj.base) not in owned)
+            if obj.flags.writeable and not fresh:
+                bad.append(f"{path}: a writable array")
+        elif path.startswith("view.cfg"):  # the view's own copy of the config (not the engine's: checked above)
+            continue
+        elif isinstance(obj, MUTABLE) and how != "call":
+            bad.append(f"{path}: a mutable {type(obj).__name__}")
+        elif not isinstance(obj, (tuple, frozenset, MappingProxyType, MUTABLE)):
+            for attr in public(obj):
+                try:
+                    val = getattr(obj, attr)
+                except Exception:  # noqa: BLE001
+                    continue
+                try:
+                    setattr(obj, attr, val)
+                except (AttributeError, TypeError):
+                    continue
+                bad.append(f"{path}.{attr}: accepts a write")
+    assert not bad, "\n".join(sorted(set(bad))[:30])
+
+
+def test_the_view_names_no_engine_back_reference():
+    sim = engine("decode_tier")
+    v = sim.view
+    for obj in (v, v.decode[0], v.req, v.completed, v.decode[0].cost):
+        assert not hasattr(obj, "sim") and not hasattr(obj, "engine")
+    with pytest.raises(AttributeError, match="read-only"):
+        v.decode[0].kv = np.zeros(8)
+    with pytest.raises(ValueError):
+        v.decode[0].kv[0] = 1
+    with pytest.raises(AttributeError, match="read-only"):
+        v.decode = ()
+    with pytest.raises(AttributeError):
+        v.completed.append(0)
+
+
+def test_colocated_containers_are_read_only_and_follow_the_run():
+    sim = engine("colocated")
+    u, unit = sim.view.colocated[0].units[0], sim.colocated[0].units[0]
+    assert list(u.waiting) == list(unit.waiting) and list(u.prefilling) == list(unit.prefilling)
+    assert set(u.decoding) == unit.decoding and u.n_running == unit.n_running
+    for name in ("append", "appendleft", "pop", "remove", "add", "clear"):
+        assert not hasattr(u.waiting, name) and not hasattr(u.decoding, name)
+    before = (len(unit.waiting), unit.n_running)
+    sim.run(until=sim.now + 1.0)
+    assert (len(u.waiting), u.n_running) == (len(unit.waiting), unit.n_running) != before or before == (0, 0)
+
+
+def test_a_cost_query_leaves_the_cost_model_as_it_was():
+    sim = engine("prefill_prefix_keys")
+    model, q = sim.prefill[0].cost, sim.view.prefill[0].cost
+    unit, idle = model.last_unit, model.last_idle_frac
+    z = np.zeros(q.dp)
+    t = q.pass_time(z + 4096, z + 4096 * 2048, z, z)
+    assert t == model.pass_time(z + 4096, z + 4096 * 2048, z, z) > 0
+    model.last_unit, model.last_idle_frac = unit, idle
+    q.pass_time(z + 100, z + 5000, z, z)
+    assert model.last_unit is unit and model.last_idle_frac == idle
+
+
+def test_admission_is_the_one_rule_routers_and_masks_ask():
+    """`fits(load)[w]` (what routers.feasible and the decode envs' masks read) is exactly whether the instance
+    admits: on a refusal nothing changes, on the first allowed worker the request joins."""
+    sim = engine("tight_kv")
+    refused = admitted = 0
+    for _ in range(40):
+        sim.run(until=sim.now + 0.05)
+        for rid in list(sim.pool)[:4]:
+            load = sim.req.load(rid)
+            for inst, d in enumerate(sim.decode):
+                want = sim.view.decode[inst].fits(load)
+                for w in range(d.dp):
+                    before = (d.batch.copy(), d.kv.copy())
+                    got = d.admit(rid, w)
+                    assert got == bool(want[w]), (rid, inst, w)
+                    if got:
+                        del sim.pool[rid]
+                        admitted += 1
+                        break
+                    refused += 1
+                    assert (d.batch == before[0]).all() and (d.kv == before[1]).all()
+                else:
+                    continue
+                break
+    assert admitted >= 5 and refused >= 5
