@@ -78,9 +78,9 @@ class PassRecorder(Observer):
     def on_pass_start(self, sim, p: PassStart) -> None:
         """Observer hook: a pass starts with known duration and per-unit compute times."""
         kind = p.kind.name.lower()
-        caches = sim.prefill[p.inst].bcaches if kind == "prefill" else None
+        blocks = sim.prefill[p.inst].cache_blocks() if kind == "prefill" else None
         self.record(p.t, p.dur, kind, p.inst, busy_from_unit_times(p.dur, p.unit_time),
-                    p.prefill_tokens, p.decode_reqs, None if caches is None else [len(c.hbm) for c in caches])
+                    p.prefill_tokens, p.decode_reqs, blocks)
 
 
 def simulate_traced(config, policies: dict | None = None, seed: int = 0) -> tuple[SimResult, list[PassRecord]]:

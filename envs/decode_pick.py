@@ -38,27 +38,35 @@ def bind_workers(core, n_workers: int) -> None:
         raise ConfigError(f"env.max_workers: got {core.max_workers}; the decode instances have {n_workers} workers")
 
 
-def enter_boundary(core, sim, inst: int) -> bool:
-    """A decode core meets instance `inst` at a step boundary, (instance, step count, time): False when that
-    boundary is closed and the instance still has work running; otherwise the core is on it (opened anew by
-    `core._open` when it is new, or reopened when closed on an idle instance whose pool changed)."""
-    d = sim.decode[inst]
-    key = (inst, d.steps, sim.now)
-    reopen = key in core._closed
-    if reopen and d.batch.any():
-        return False
-    if reopen or core._boundary != key:
-        core._open(sim, inst, key)
-    core.inst = inst
-    return True
+class Boundaries:
+    """The decode step boundaries a core has met, each (instance, step count, time): the one it is on (whose
+    candidate order it keeps) and, per instance, the latest one where admissions are over. Both decode cores
+    own one; `on_open(sim, inst)` is the core's own set-up of a boundary it opens."""
 
+    def __init__(self, on_open):
+        self.on_open = on_open
+        self.current: tuple | None = None
+        self.closed: set[tuple] = set()
 
-def close_boundary(core, sim, inst: int) -> None:
-    """Admissions at instance `inst`'s current step boundary are over (`enter_boundary` keeps it closed while work
-    runs); only the instance's latest boundary is remembered."""
-    core._closed = {k for k in core._closed if k[0] != inst}
-    core._closed.add((inst, sim.decode[inst].steps, sim.now))
-    core.head = None
+    def enter(self, sim, inst: int) -> bool:
+        """The core meets instance `inst` at a step boundary: False when that boundary is closed and the instance
+        still has work running; otherwise the core is on it (opened anew when it is new, or reopened when closed
+        on an idle instance whose pool changed)."""
+        d = sim.decode[inst]
+        key = (inst, d.steps, sim.now)
+        reopen = key in self.closed
+        if reopen and d.batch.any():
+            return False
+        if reopen or self.current != key:
+            self.current = key
+            self.on_open(sim, inst)
+        return True
+
+    def close(self, sim, inst: int) -> None:
+        """Admissions at instance `inst`'s current boundary are over (`enter` keeps it closed while work runs);
+        only the instance's latest boundary is remembered."""
+        self.closed = {k for k in self.closed if k[0] != inst}
+        self.closed.add((inst, sim.decode[inst].steps, sim.now))
 
 
 class DecodeObs:
@@ -189,8 +197,7 @@ class Picker(LayoutCore, DecodeRouter):
             raise ConfigError("policy: a decode-routing agent needs decode instances; this scenario's cluster is "
                               "colocated (give a disaggregated scenario)")
         self.bind_size(max(d.dp for d in sim.decode))
-        self._boundary = None
-        self._closed = set()
+        self.bounds = Boundaries(self.open_boundary)
         self.head: int | None = None  # the first candidate while a decision is pending (None: none)
         self.inst = 0
         self.n_admitted = 0
@@ -199,9 +206,8 @@ class Picker(LayoutCore, DecodeRouter):
         if self.forecaster is not None:
             self.forecaster.bind(sim, self.H)
 
-    def _open(self, sim, inst: int, key: tuple) -> None:
+    def open_boundary(self, sim, inst: int) -> None:
         d = sim.decode[inst]
-        self._boundary = key
         self.n_admitted = 0
         self.shut = np.zeros(d.dp, dtype=bool)  # workers closed for this boundary (nothing fits them)
         self.w = -1  # no turn in progress
@@ -236,8 +242,9 @@ class Picker(LayoutCore, DecodeRouter):
     def next_decision(self, sim, inst: int) -> bool:
         """Name the worker whose turn it is and its candidates; False when this boundary has no decision left
         (boundaries as in the worker formulation: (instance, step count, time), reopened for an idle instance)."""
-        if not enter_boundary(self, sim, inst):
+        if not self.bounds.enter(sim, inst):
             return False
+        self.inst = inst
         d = sim.decode[inst]
         while sim.pool:
             if self.w >= 0 and d.batch[self.w] < d.batch_limit and not (self.stage1 and self.took):
@@ -260,7 +267,8 @@ class Picker(LayoutCore, DecodeRouter):
         return False
 
     def close(self, sim, inst: int) -> None:
-        close_boundary(self, sim, inst)
+        self.bounds.close(sim, inst)
+        self.head = None
         self.w = -1
 
     def mask(self, sim) -> np.ndarray:

@@ -16,7 +16,7 @@ from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.decode_pick import DecodeObs, Picker, bind_workers, br0_action, close_boundary, enter_boundary
+from pdgym.envs.decode_pick import Boundaries, DecodeObs, Picker, bind_workers, br0_action
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
@@ -155,13 +155,12 @@ class _Router(LayoutCore, DecodeRouter):
         self.bind_size(max(d.dp for d in sim.decode))
         if self.projector is not None:
             self.projector.reset(sim)
-        self._boundary = None  # (inst, steps): the boundary whose candidate order is cached
-        self._closed = set()  # boundaries where admissions are over
+        self.bounds = Boundaries(self.open_boundary)  # the boundary whose candidate order is kept; closed ones
         self.head: int | None = None
         self.inst = 0
         self.n_admitted = 0
 
-    def _open(self, sim, inst: int, key: tuple) -> None:
+    def open_boundary(self, sim, inst: int) -> None:
         """First decision of a boundary: order the pool once (nothing enters it until the step runs).
 
         Arrays only (a boundary usually ends after a few of the pool's requests): the candidates, their
@@ -172,7 +171,6 @@ class _Router(LayoutCore, DecodeRouter):
         if self.order == "length":
             o = np.argsort(-loads, kind="stable")
             rids, loads = rids[o], loads[o]
-        self._boundary = key
         self._cand = rids
         self._loads = loads
         self._csum = np.cumsum(loads)
@@ -189,8 +187,9 @@ class _Router(LayoutCore, DecodeRouter):
         later time gets a fresh one, and a closed boundary of an instance with nothing running is
         reopened (its pool changed), so no request is ever stranded.
         """
-        if not enter_boundary(self, sim, inst):
+        if not self.bounds.enter(sim, inst):
             return False
+        self.inst = inst
         d = sim.decode[inst]
         free = d.batch < d.batch_limit
         if free.any():
@@ -212,7 +211,8 @@ class _Router(LayoutCore, DecodeRouter):
         return False
 
     def close(self, sim, inst: int) -> None:
-        close_boundary(self, sim, inst)
+        self.bounds.close(sim, inst)
+        self.head = None
 
     def mask(self, sim) -> np.ndarray:
         d = sim.decode[self.inst]

@@ -312,6 +312,7 @@ class _Core(LayoutCore, PrefillScheduler):
 
     def _begin(self, sim) -> None:
         self._skipped = set()
+        self.poll(sim)
         self.decide(sim)
 
     def candidate(self, sim) -> int | None:
@@ -320,9 +321,10 @@ class _Core(LayoutCore, PrefillScheduler):
         return next((r for r in sim.buffer if r not in skipped), None)
 
     # -------------------------------------------------------------- what the agent sees
-    def _refresh(self, sim) -> None:
+    def poll(self, sim) -> None:
         """Quiescence poll of the instances the scheduler believes busy (as SBS does before releasing; in
-        composition mode SBS polls for itself)."""
+        composition mode SBS polls for itself): once as each decision is reached (an epoch begins, or `apply`
+        asks for the next decision of the same instant), never by observing or masking, which only read."""
         if self.sbs is not None:
             return
         cap = self.cap
@@ -356,11 +358,9 @@ class _Core(LayoutCore, PrefillScheduler):
         return o
 
     def observe(self, sim) -> np.ndarray:
-        self._refresh(sim)
         return self.layout.build(self.context(sim), self.n)
 
     def mask(self, sim) -> np.ndarray:
-        self._refresh(sim)
         cap = self.cap
         healthy = sim.prefill_healthy[: self.n]
         m = np.zeros(self.n_actions, dtype=bool)
@@ -484,6 +484,7 @@ class AgentPolicy(_Core):
             self.invalid_actions += bad
             if not self.apply(sim, a):
                 break
+            self.poll(sim)
 
 
 class PrefillDispatchEnv(PdgymEnv):
@@ -621,7 +622,10 @@ class PrefillDispatchEnv(PdgymEnv):
 
     def _act(self, a):
         self._decision_mask = None  # a new decision follows: its mask is computed once, when first asked
-        return False if self.core.apply(self.sim, a) else self.sim.run()
+        if self.core.apply(self.sim, a):
+            self.core.poll(self.sim)  # the next decision of the same instant
+            return False
+        return self.sim.run()
 
     def _reward(self):
         w, nf, nr = self.meter.total()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import requests as R
-from .events import EventKind, PassKind
+from .events import PAUSED, EventKind, PassKind
 from .policy import Batch
 from .stepping import Stepper
 
@@ -191,9 +191,8 @@ class ColocatedInstance:
         sim = self.sim
         batches = []
         for ui in range(self.dp):
-            b = sim.policies["batching"].next_batch(sim.view, self.idx, ui)
-            if sim.paused:  # an agent picks the batch; replay this start afterwards
-                self.wake()
+            b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)
+            if b is PAUSED:  # an agent picks the batch: this start is replayed when the run resumes
                 return
             batches.append(b if b is not None else Batch())
         if all(b.empty() for b in batches):

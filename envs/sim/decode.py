@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import requests as R
-from .events import EventKind, PassKind
+from .events import PAUSED, EventKind, PassKind
 from .stepping import Stepper
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,11 +98,8 @@ class DecodeInstance(Stepper):
         if not sim.pool and self.n_batch == 0:  # nothing to admit and nothing running (so no KV): what follows is a no-op
             self.rest()
             return
-        if sim.pool and self.n_batch < self.slots:
-            sim.policies["decode"].route(sim.view, self.idx)
-            if sim.paused:  # an agent decides the admissions; replay this start afterwards
-                self.wake()
-                return
+        if sim.pool and self.n_batch < self.slots and sim.ask("decode", self.wake, "route", self.idx) is PAUSED:
+            return  # an agent decides the admissions: this start is replayed when the run resumes
         kv, kernel = self.kv, self.cost.decode_kernel  # engine=numba: this start's NumPy compiled, same values
         if kernel is None:
             over = kv + self.batch > self.kv_cap

@@ -16,7 +16,6 @@ import heapq
 import math
 import numbers
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -26,12 +25,12 @@ from .colocated import ColocatedInstance
 from .config import ConfigError, SimConfig, check, check_seed, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
 from .decode import DecodeInstance
-from .events import SPREAD, DeviceArrive, EventKind, PassKind, Timer
+from .events import PAUSED, SPREAD, DeviceArrive, EventKind, PassKind, Timer
 from .faults import FaultInjector
 from .hardware import load_hardware
 from .models import load_model
 from .observers import Observer, PassStart
-from .points import POINTS
+from .points import POINTS, resolve_policies
 from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
@@ -87,7 +86,7 @@ class Simulator:
         self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
         self._net = cl.net_latency_s
 
-        self.policies = self._resolve_policies(policies or {})  # decision point name -> policy (points.POINTS)
+        self.policies = resolve_policies(policies or {})  # decision point name -> policy (points.POINTS)
 
         self.now = 0.0
         self.buffer: dict[int, None] = {}
@@ -177,26 +176,6 @@ class Simulator:
                               f"capacity of {kv_cap} tokens per DP unit; raise the capacity or cap workload.prompt.max")
         return kv_cap
 
-    def _resolve_policies(self, given) -> dict:
-        out = {}
-        example = "e.g. {'decode': make_policy('decode', 'least_kv')} (from pdgym.baselines import make_policy)"
-        if not isinstance(given, Mapping):
-            raise ConfigError(f"policies: got {given!r} ({type(given).__name__}); must be a mapping decision point "
-                              f"({', '.join(POINTS)}) -> policy object, {example}, or None for the defaults")
-        for k in given:
-            if k not in POINTS:
-                raise ConfigError(f"policies.{k}: unknown decision point; allowed: {', '.join(POINTS)}")
-        for k, point in POINTS.items():
-            pol = given.get(k)
-            if pol is None:
-                pol = point.default()
-            if not isinstance(pol, point.protocol):
-                hint = (f"; a name becomes one with make_policy({k!r}, {pol!r}) (from pdgym.baselines import "
-                        "make_policy)" if isinstance(pol, (str, Mapping)) else "")
-                raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}{hint}")
-            out[k] = pol
-        return out
-
     # ------------------------------------------------------------------ policy action API
     def healthy_prefill(self) -> tuple[int, ...]:
         """Instances that accept prompts (prefill, or colocated) and that health checks call healthy (a tuple:
@@ -265,6 +244,17 @@ class Simulator:
     def pause(self) -> None:
         """Stop the run after the current callback; `run()` resumes it (the Gymnasium envs use this)."""
         self.paused = True
+
+    def ask(self, point: str, replay, method: str, *args):
+        """Ask the policy of decision point `point`: `method(view, *args)`. A policy that paused the run (an agent
+        takes this decision in its env, between two `run()` calls) did not decide: `replay()` re-queues the asking
+        event for the resumed run and PAUSED is returned, so the call site only returns. The one place where a
+        decision is deferred and replayed (decode.py's step start, colocated.py's iteration start)."""
+        out = getattr(self.policies[point], method)(self.view, *args)
+        if self.paused:
+            replay()
+            return PAUSED
+        return out
 
     def observe(self, observer: Observer) -> None:
         """Attach an observer (observers.py): it sees pass starts / ends and request resolutions."""

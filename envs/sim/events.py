@@ -35,6 +35,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, NamedTuple
 
+PAUSED = object()  # Simulator.ask's answer when the policy paused the run instead of deciding (the event is replayed)
+
 
 class EventKind(IntEnum):
     """A heap event `(t, seq, kind, payload)`; the engine's handler table is indexed by kind (payloads: above)."""

@@ -158,6 +158,11 @@ class PrefillFacade(Frozen):
         """Per DP unit: the fraction of the HBM prefix-cache capacity in use (empty without block caches)."""
         return self._i.cache_fill()
 
+    def cache_blocks(self) -> list[int] | None:
+        """Per DP unit: HBM prefix-cache blocks in use (None without block caches)."""
+        bc = self._i.bcaches
+        return None if bc is None else [len(c.hbm) for c in bc]
+
     def cache_free_blocks(self) -> list[int] | None:
         """Per DP unit: HBM prefix-cache blocks not in use (None without block caches)."""
         bc = self._i.bcaches

@@ -23,7 +23,6 @@ class Host(Protocol):
     now: float
     req: RequestTable
     pool: dict[int, None]
-    paused: bool
     tokens_out: int
     dropped_signals: int
     disaggregated: bool
@@ -36,6 +35,10 @@ class Host(Protocol):
     prefill_healthy: np.ndarray
 
     def push(self, t: float, kind: int, payload: Any) -> None: ...
+
+    def ask(self, point: str, replay: Any, method: str, *args: Any) -> Any:
+        """The policy of `point` decides (`method(view, *args)`), or events.PAUSED after `replay()` re-queued
+        the asking event (an agent decides in its env)."""
 
     def record_pass(self, kind: int, inst: Any, dur: float, tokens: float, reqs: float, kv_max: int, kv_min: int,
                     util: float, unit_tokens: np.ndarray, unit_reqs: np.ndarray, unit_kv: np.ndarray) -> None: ...

@@ -12,7 +12,7 @@ docs/architecture.md, "Adding a decision point" (tests/test_decision_points.py a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from .policy import (
     PrefillScheduler,
     RoundRobinDispatch,
 )
+from .validation import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .host import Host
@@ -74,3 +75,25 @@ POINTS: dict[str, DecisionPoint] = {p.name: p for p in (
                   "pdgym.envs.phase_batching:PhaseBatchingEnv", 600_000, wake_colocated,
                   "batching policy of a colocated instance: each iteration's batch per unit"),
 )}
+
+
+def resolve_policies(given) -> dict:
+    """The run's policy at every point: `given[name]`, or the point's default; checked against its protocol."""
+    out = {}
+    example = "e.g. {'decode': make_policy('decode', 'least_kv')} (from pdgym.baselines import make_policy)"
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"policies: got {given!r} ({type(given).__name__}); must be a mapping decision point "
+                          f"({', '.join(POINTS)}) -> policy object, {example}, or None for the defaults")
+    for k in given:
+        if k not in POINTS:
+            raise ConfigError(f"policies.{k}: unknown decision point; allowed: {', '.join(POINTS)}")
+    for k, point in POINTS.items():
+        pol = given.get(k)
+        if pol is None:
+            pol = point.default()
+        if not isinstance(pol, point.protocol):
+            hint = (f"; a name becomes one with make_policy({k!r}, {pol!r}) (from pdgym.baselines import "
+                    "make_policy)" if isinstance(pol, (str, Mapping)) else "")
+            raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}{hint}")
+        out[k] = pol
+    return out
