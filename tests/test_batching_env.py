@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pdgym.envs  # noqa: F401  (registers the ids)
@@ -33,9 +35,19 @@ def rollout(env, seed, pick=None):
 @pytest.mark.parametrize("kw", [{"mode": "phase"}, {"mode": "threshold", "choose_mode": True},
                                 {"mode": "threshold", "continuous": True}])
 def test_checkers_pass(kw):
+    """Gymnasium's and SB3's checkers find nothing: an error raises, and so does any warning they give (SB3's
+    advice included: a non-normalised Box action, bounds it cannot use, ...)."""
     env = make_env(overrides=SMALL, **kw)
-    check_env(env, skip_render_check=True)
-    sb3_check_env(env, warn=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+        sb3_check_env(env, warn=True)
+    assert not [f"{w.category.__name__}: {w.message}" for w in caught]
+    obs, _ = env.reset(seed=0)  # and the env the checkers passed still plays: an allowed action steps it
+    m = env.action_masks()
+    assert env.observation_space.contains(obs) and m.any()
+    action = np.zeros(1, dtype=np.float32) if kw.get("continuous") else int(np.flatnonzero(m)[0])
+    assert env.observation_space.contains(env.step(action)[0])
 
 
 def test_seeded_episodes_are_reproducible_and_finish_every_request():

@@ -139,12 +139,6 @@ class Workload:
     def n(self) -> int:
         return int(self.prompt.shape[0])
 
-    @property
-    def closed_loop(self) -> bool:
-        return self.arrival is None
-
-
-
 
 # --------------------------------------------------------------------------- lengths
 def sample_lengths(cfg: LengthConfig, n: int, rng: np.random.Generator, key: str = "length") -> np.ndarray:
