@@ -35,6 +35,7 @@ from pdgym.envs.scenario import load_scenario, merge_sim_config, trace_splits
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.config import ConfigError, SimConfig, check
 from pdgym.envs.sim.notices import EnvWarning
+from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.validation import check_choice, check_float
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
@@ -70,13 +71,27 @@ def resolve_action(space: spaces.Space, mask: np.ndarray | None, action: Any, de
     return default(), True
 
 
-# Decisions an agent may make in one simulate() run, per request of the run (DecisionBudget). An agent's
-# decisions per request can explode without simulated time moving: a router that SKIPs the whole pool at
+class _PointBudgets(Mapping):
+    """Decision point name -> its `decisions_per_request` (envs/sim/points.py), read from POINTS when asked, so a
+    point added to the table has its entry here."""
+
+    def __getitem__(self, name: str) -> float | None:
+        return POINTS[name].decisions_per_request
+
+    def __iter__(self):
+        return iter(POINTS)
+
+    def __len__(self) -> int:
+        return len(POINTS)
+
+
+# Decisions an agent may make in one simulate() run, per request of the run (DecisionBudget), per decision point.
+# An agent's decisions per request can explode without simulated time moving: a router that SKIPs the whole pool at
 # every step boundary makes about pool-size decisions per step, so an untrained agent's evaluation on
 # decode_tier_n16 ran past 300 s on one seed. What the envs need: see docs/agents.md ("Bounded evaluation").
 # PhaseBatching has none: each of its decisions is one pass of a unit, which moves simulated time, so the
-# simulated-time horizon (evaluate.agent_horizon) bounds it.
-DECISIONS_PER_REQUEST = {"prefill": 10.0, "decode": 10.0, "batching": None}
+# simulated-time horizon (evaluate.agent_horizon) bounds it. The values live in POINTS (decisions_per_request).
+DECISIONS_PER_REQUEST: Mapping[str, float | None] = _PointBudgets()
 
 
 class DecisionBudget:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from pdgym.baselines import registry
 from pdgym.envs import register_envs
+from pdgym.envs.base import DECISIONS_PER_REQUEST
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, Simulator
 from pdgym.envs.sim.points import POINTS, DecisionPoint
@@ -87,7 +88,7 @@ class ToyEnv(gym.Env):
 def toy_point(monkeypatch):
     # Step 2 (points.py): the one table entry.
     point = DecisionPoint("shed", LoadShedder, NoShedding, "none", TOY_ENV, f"{__name__}:ToyEnv", 7, wake,
-                          "toy load shedder: which pooled requests are rejected")
+                          "toy load shedder: which pooled requests are rejected", decisions_per_request=3.0)
     monkeypatch.setitem(POINTS, "shed", point)
     monkeypatch.setattr(registry, "_REGISTRY", {k: dict(v) for k, v in registry._REGISTRY.items()})
     registry.register("shed", "none")(NoShedding)
@@ -138,6 +139,7 @@ def test_the_registry_and_the_envs_take_a_new_point_from_the_table(toy_point):
     assert spec.entry_point == f"{__name__}:ToyEnv" and spec.max_episode_steps == 7
     env = gym.make(TOY_ENV, disable_env_checker=True)
     assert isinstance(env.unwrapped, ToyEnv)
+    assert DECISIONS_PER_REQUEST["shed"] == 3.0 and "shed" in DECISIONS_PER_REQUEST  # an agent's budget, from the table
 
 
 def test_the_documented_steps_name_files_that_exist():

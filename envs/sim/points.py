@@ -43,6 +43,9 @@ class DecisionPoint:
     max_episode_steps: int  # the env's registered truncation (gym.make's TimeLimit)
     wake: Callable[[Host], None] | None  # after a timer of this point's policy: what may now go on
     doc: str
+    # an agent's decisions in one simulate() run, per request of the run (envs/base.py's DecisionBudget); None: no
+    # bound (each decision moves simulated time, so the simulated-time horizon bounds the run)
+    decisions_per_request: float | None = None
 
 
 def wake_decode(sim: Host) -> None:
@@ -67,10 +70,10 @@ def wake_colocated(sim: Host) -> None:
 POINTS: dict[str, DecisionPoint] = {p.name: p for p in (
     DecisionPoint("prefill", PrefillScheduler, RoundRobinDispatch, "round_robin", "pdgym/PrefillDispatch-v0",
                   "pdgym.envs.prefill_dispatch:PrefillDispatchEnv", 5_000, None,
-                  "global prefill scheduler: when and where buffered requests are dispatched"),
+                  "global prefill scheduler: when and where buffered requests are dispatched", 10.0),
     DecisionPoint("decode", DecodeRouter, LeastLoadedAdmission, "least_kv", "pdgym/DecodeRouting-v0",
                   "pdgym.envs.decode_routing:DecodeRoutingEnv", 30_000, wake_decode,
-                  "decode router: which worker each pooled request joins at a step boundary"),
+                  "decode router: which worker each pooled request joins at a step boundary", 10.0),
     DecisionPoint("batching", BatchingPolicy, MixedBatching, "mixed", "pdgym/PhaseBatching-v0",
                   "pdgym.envs.phase_batching:PhaseBatchingEnv", 600_000, wake_colocated,
                   "batching policy of a colocated instance: each iteration's batch per unit"),
