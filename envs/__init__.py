@@ -6,21 +6,28 @@ Importing this package registers the environments, so both of these work:
     gym.make("pdgym.envs:pdgym/DecodeRouting-v0")     # gymnasium imports the module itself
 
 One env per scenario: gym.make(id, scenario=NAME, overrides=[...]); the shared contract (seeding, trace
-windows, invalid actions, stalls, rendering) is envs/base.py's PdgymEnv. Each env's id, entry point and
-episode limit are its decision point's (envs/sim/points.py).
+windows, invalid actions, stalls, rendering) is envs/base.py's PdgymEnv. Each env's entry point and episode
+limit are its decision point's (envs/sim/points.py); each formulation of a point's decision has an id of its
+own (envs/specs.py's SPECS: PrefillRoute-v0, DecodePick-v0, ...).
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
 from pdgym.envs.sim.points import POINTS
+from pdgym.envs.specs import register_specs
 
 
 def register_envs() -> None:
-    """Register the env of every decision point with Gymnasium (idempotent)."""
+    """Register every formulation's id (envs/specs.py) and the env of every decision point with Gymnasium
+    (idempotent)."""
+    def register(env_id, entry_point, max_episode_steps, kwargs=None):
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_episode_steps, kwargs=kwargs or {})
+
+    register_specs(register)
     for p in POINTS.values():
-        if p.env_id not in gym.registry:
-            gym.register(id=p.env_id, entry_point=p.entry_point, max_episode_steps=p.max_episode_steps)
+        register(p.env_id, p.entry_point, p.max_episode_steps)
 
 
 register_envs()

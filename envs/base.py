@@ -37,6 +37,7 @@ from pdgym.envs.sim.config import ConfigError, SimConfig, check
 from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.validation import check_choice, check_float
+from pdgym.envs.specs import SPECS, check_formulation
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
 0.5 are not members of Discrete(n); a Box action is cast to float32 and must have the box's shape and
@@ -216,7 +217,15 @@ class PdgymEnv(gym.Env):
 
     def __init__(self, scenario: str | None = None, overrides=(), config: dict | None = None,
                  render_mode: str | None = None, trace_split: str | None = "train", stall_s: float | None = 60.0,
-                 **options):
+                 registered_as: str | None = None, **options):
+        # registered_as: the id gym.make was given (envs/specs.py registers it); None when built directly
+        if registered_as is not None:
+            alias_of = check_formulation(registered_as, self.POINT, options)
+            if alias_of is not None:
+                given = ", ".join(f"{k}={v!r}" for k, v in SPECS[alias_of].options.items())
+                warnings.warn(f"{registered_as} with {given} is an alias of {alias_of}: make that id "
+                              f"(gym.make({alias_of!r}, ...))", EnvWarning, stacklevel=3)
+        self.registered_as = registered_as
         scenario = scenario or self.DEFAULT_SCENARIO
         if render_mode is not None:
             check_choice(render_mode, "env.render_mode", self.metadata["render_modes"])

@@ -1,6 +1,9 @@
-"""Golden episodes of the envs, one case or more per formulation: what an agent sees, may do and earns must not change by accident.
+"""Golden episodes of the envs, one case or more per formulation: what an agent sees, may do and earns must not
+change by accident.
 
-Each case plays a seeded random agent (uniform over the allowed actions) for STEPS steps and reduces
+Each formulation is played under its own id (envs/specs.py; the digests were recorded under the point's id
+with the formulation's options, so they also prove the ids are those envs). Each case plays a seeded random
+agent (uniform over the allowed actions) for STEPS steps and reduces
 every observation, action mask, reward and end flag to one SHA-256 digest, committed in
 tests/golden/env_digests.json. An env refactor (a faster observation, an incremental pool order)
 keeps every digest; a commit that changes an env on purpose regenerates them and says why:
@@ -32,24 +35,24 @@ CASES = {
     "decode_tight_kv_length": ("pdgym/DecodeRouting-v0", {**TIGHT, "order": "length"}),
     "decode_tight_kv_arrival": ("pdgym/DecodeRouting-v0", {**TIGHT, "order": "arrival"}),
     "prefill_timing": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"]}),
-    "prefill_allocation": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
-                                                        "mode": "allocation"}),
+    "prefill_allocation": ("pdgym/PrefillAllocation-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"]}),
     # route mode on the prefix-cache board scenario, 150 trace rows from a warm point of the Mooncake trace (rate pinned)
-    "prefill_route": ("pdgym/PrefillDispatch-v0", {"scenario": "prefix_mooncake", "mode": "route",
+    "prefill_route": ("pdgym/PrefillRoute-v0", {"scenario": "prefix_mooncake",
                                                    "overrides": ["workload.num_requests=150", "workload.trace_offset=4000",
                                                                  "workload.rate=8.5"]}),
     "batching_phase": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"]}),
-    "batching_threshold": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
-                                                      "mode": "threshold"}),
+    "batching_threshold": ("pdgym/BatchingThreshold-v0", {"overrides": ["workload.num_requests=60",
+                                                                        "workload.concurrency=32"]}),
     # SBS times the releases, the agent composes each (whole buffer, short half, long half)
-    "prefill_composition": ("pdgym/PrefillDispatch-v0", {"overrides": ["workload.num_requests=150", "workload.rate=150"],
-                                                         "mode": "composition"}),
+    "prefill_composition": ("pdgym/PrefillComposition-v0", {"overrides": ["workload.num_requests=150",
+                                                                          "workload.rate=150"]}),
     # the env names the worker, the agent picks its requests (envs/decode_pick.py)
-    "decode_pick": ("pdgym/DecodeRouting-v0", {**DECODE, "action": "pick"}),
-    "decode_tight_kv_pick": ("pdgym/DecodeRouting-v0", {**TIGHT, "action": "pick"}),
+    "decode_pick": ("pdgym/DecodePick-v0", DECODE),
+    "decode_tight_kv_pick": ("pdgym/DecodePick-v0", TIGHT),
     # a Box action (theta, and MB or EB): the random agent draws it uniformly in the box
-    "batching_continuous": ("pdgym/PhaseBatching-v0", {"overrides": ["workload.num_requests=60", "workload.concurrency=32"],
-                                                       "mode": "threshold", "continuous": True, "choose_mode": True}),
+    "batching_continuous": ("pdgym/BatchingThresholdContinuous-v0", {"overrides": ["workload.num_requests=60",
+                                                                                   "workload.concurrency=32"],
+                                                                     "choose_mode": True}),
 }
 
 
