@@ -134,8 +134,8 @@ def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
     params = inspect.signature(init).parameters
     bad = [k for k in kwargs if k not in params]
     if bad:
-        allowed = [k for k in params if k != "self"]
-        raise ConfigError(f"env.{bad[0]}: unknown option; allowed: {', '.join(sorted([*allowed, *env_keys]))}")
+        allowed = [k for k in (*params, *env_keys) if k not in ("self", "registered_as")]  # registered_as: gym.make's
+        raise ConfigError(f"env.{bad[0]}: unknown option; allowed: {', '.join(sorted(allowed))}")
     try:
         return init(**kwargs)
     except ConfigError as exc:  # the core checks its options under its policy key; here they are env options
