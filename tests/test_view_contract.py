@@ -75,13 +75,14 @@ def public(obj) -> list[str]:
     return [n for n in dir(obj) if not n.startswith("_")]
 
 
-def walk_view(sim: Simulator):
-    """(path, object, how it was reached: 'attr' | 'item' | 'call') for every public path from the view."""
+def walk_view(sim: Simulator, owned: dict[int, object]):
+    """(path, object, how it was reached: 'attr' | 'item' | 'call') for every public path from the view (not
+    entering what the engine owns: reaching it is the failure)."""
     out, todo, seen = [], [("view", sim.view, "attr", 0)], set()
     while todo:
         path, obj, how, depth = todo.pop()
         out.append((path, obj, how))
-        if isinstance(obj, (*LEAVES, np.ndarray, np.random.Generator)) or id(obj) in seen:
+        if isinstance(obj, (*LEAVES, np.ndarray, np.random.Generator)) or id(obj) in seen or id(obj) in owned:
             continue
         seen.add(id(obj))
         if depth >= DEPTH:
@@ -106,7 +107,10 @@ def walk_view(sim: Simulator):
                 except (TypeError, ValueError):
                     continue
                 if not required and not isinstance(obj, np.random.Generator):
-                    todo.append((f"{path}.{name}()", val(), "call", depth + 1))
+                    try:
+                        todo.append((f"{path}.{name}()", val(), "call", depth + 1))
+                    except Exception:  # noqa: BLE001  (a query that needs state the run has not reached)
+                        continue
                 continue
             todo.append((f"{path}.{name}", val, "attr", depth + 1))
     return out
@@ -117,7 +121,7 @@ def test_no_public_path_from_the_view_reaches_the_engine_or_writes(name):
     sim = engine(name)
     owned = engine_objects(sim)
     assert sim.view.cfg is not sim.cfg and sim.view.cfg == sim.cfg  # a copy: equal, not the engine's
-    paths = walk_view(sim)
+    paths = walk_view(sim, owned)
     assert len(paths) > 100, "the walk saw too little of the view"
     bad = []
     for path, obj, how in paths:
