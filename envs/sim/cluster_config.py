@@ -43,7 +43,7 @@ class InstanceConfig:
     # two separate attention kernels make a mixed batch cheaper per token than pure decode almost up to r = 1 on
     # an H100 (data/calibration/SOURCES.md), i.e. interference 0
     interference: float | None = None
-    # this engine's kernels (the roofline, cost.py): achievable fractions of the hardware's FLOP / bandwidth peaks
+    # this engine's kernels (the roofline, roofline.py): achievable fractions of the hardware's FLOP / bandwidth peaks
     # and fixed seconds per pass; null: the hardware profile's assumed values. Engine properties as interference is:
     # on an H200, torch's kernels reach mfu 0.25 on a DeepSeek-V3 prefill pass where the h800 profile assumes 0.6,
     # and a Qwen3-30B-A3B decode step of 48 small layers carries an 8.9 ms floor where it assumes 2 ms
