@@ -67,6 +67,9 @@ def test_decode_kernel_is_pass_times_twin(hw, model, shape):
         attn = tokens * (rng.integers(0, 60000, dp) + tokens / 2)
         assert nb.prefill_kernel(tokens, attn) == py.pass_time(tokens, attn, z, z)
         assert nb.last_idle_frac == py.last_idle_frac and np.array_equal(nb.last_unit, py.last_unit)
+        ends = np.where(tokens > 0, rng.integers(0, 3, dp), 0).astype(float)  # prompts ending here: their LM head
+        assert nb.prefill_kernel(tokens, attn, ends) == py.pass_time(tokens, attn, z, z, ends)
+        assert nb.last_idle_frac == py.last_idle_frac and np.array_equal(nb.last_unit, py.last_unit)
 
 
 def test_moe_held_per_unit_keeps_the_python_path():

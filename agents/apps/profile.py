@@ -163,6 +163,7 @@ def timed_model(model: ModelProfile, shape: Shape) -> ModelProfile:
         num_experts=shape.experts, experts_per_token=shape.top_k,
         shared_experts=model.shared_experts if moe else 0, moe_layers=L if moe else 0,
         expert_params=float(shape.expert_params), weight_bytes=float(shape.elem),
+        vocab_size=0, tie_word_embeddings=False,  # the timed decoder layers: no embedding, no LM head
         source=f"pdgym-profile workload of {model.name}")
 
 

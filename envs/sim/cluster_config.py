@@ -51,6 +51,10 @@ class InstanceConfig:
     mfu: float | None = None
     mbu: float | None = None
     pass_overhead_s: float | None = None
+    # this engine's attention kernel: achievable fraction of the BF16 peak on the attention products (prefill pairs,
+    # compute-bound decode attention); null: the hardware profile's (conf/hardware/*.yaml says which engine class
+    # each value describes: FlashAttention-3 / cuDNN-class near mfu, PyTorch SDPA's FlashAttention-2 0.34 on an H200)
+    attn_mfu: float | None = None
 
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
@@ -73,7 +77,7 @@ class InstanceConfig:
         check_choice(self.dp_dispatch, f"{key}.dp_dispatch", ("least_loaded", "round_robin"))
         if self.interference is not None:
             check_positive(self.interference, f"{key}.interference", allow_zero=True)
-        for name in ("mfu", "mbu"):
+        for name in ("mfu", "mbu", "attn_mfu"):
             if getattr(self, name) is not None:
                 check_float(getattr(self, name), f"{key}.{name}", 0.0, 1.0, lo_open=True)
         if self.pass_overhead_s is not None:

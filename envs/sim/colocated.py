@@ -202,6 +202,7 @@ class ColocatedInstance:
         attn = np.zeros(dp)
         dreq = np.zeros(dp)
         dkv = np.zeros(dp)
+        ends = np.zeros(dp)  # prompts whose last token is in this iteration: each runs the LM head
         plan = []
         req = sim.req
         budget = 0
@@ -229,6 +230,7 @@ class ColocatedInstance:
                 at += take * (prior + take * 0.5)
                 tok += take
                 req.work[rid] = rem - take
+                ends[ui] += take == rem
                 pieces.append(rid)
             ptok[ui] = tok
             attn[ui] = at
@@ -241,7 +243,7 @@ class ColocatedInstance:
             if relieved:  # preemption emptied the batch: ask the policy again with the new state
                 self.wake()
             return
-        dur = self.cost.pass_time(ptok, attn, dreq, dkv)
+        dur = self.cost.pass_time(ptok, attn, dreq, dkv, ends)
         now = sim.now
         self.busy = True
         self.iter_start = now

@@ -43,7 +43,7 @@ def kernels(engine: str) -> SimpleNamespace | None:
         one = np.ones(2, dtype=np.int64)
         K.roofline_decode(one, one, coef)  # compile (or load from numba's cache) now, not inside a run
         K.decode_start(one, one, one, coef)
-        K.roofline_prefill(np.ones(2), np.ones(2), coef)
+        K.roofline_prefill(np.ones(2), np.ones(2), np.ones(2), coef)
     except Exception as e:  # noqa: BLE001 (numba missing or a compile failure: the Python path, said once)
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         warnings.warn(f"engine=numba unavailable ({why}); running engine=python", EngineWarning, stacklevel=2)
@@ -82,7 +82,7 @@ def decode_time(cost, engine: str):
 
 
 def prefill_time(cost, engine: str):
-    """`cost`'s prefill-only pass_time(tokens, attn, 0, 0) compiled (float vectors; same value, same last_unit /
+    """`cost`'s prefill-only pass_time(tokens, attn, 0, 0, ends) compiled (float vectors; same value, same last_unit /
     last_idle_frac), or None (the Python path)."""
     k = kernels(engine)
     spec = getattr(cost, "decode_coef", None)
@@ -94,8 +94,10 @@ def prefill_time(cost, engine: str):
     coef, comm, overhead = got
     kernel, dp, ones = k.roofline_prefill, cost.dp, np.ones(cost.dp)
 
-    def prefill_pass(tokens, attn) -> float:
-        unit, mx, tokmax = kernel(tokens, attn, coef)
+    zeros = np.zeros(dp)
+
+    def prefill_pass(tokens, attn, ends=None) -> float:  # ends: prompts ending per unit (LM head), None: none
+        unit, mx, tokmax = kernel(tokens, attn, zeros if ends is None else ends, coef)
         cost.last_unit = unit
         cost.last_idle_frac = 1.0 - float(unit.dot(ones)) / (mx * dp) if mx > 0 else 0.0  # NumPy's sum, as _barrier
         return overhead + mx + (tokmax * comm if comm else 0.0)

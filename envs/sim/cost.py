@@ -52,7 +52,7 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
     full = np.full(dp, c)
     try:
         with np.errstate(all="ignore"):  # an overflow here is what the check reports, in one line
-            probe = (cost.pass_time(full, full * c / 2, np.zeros(dp), np.zeros(dp)),
+            probe = (cost.pass_time(full, full * c / 2, np.zeros(dp), np.zeros(dp), np.ones(dp)),
                      cost.pass_time(np.zeros(dp), np.zeros(dp), np.full(dp, b), np.full(dp, b * c)))
     except OverflowError:
         probe = (math.inf,)

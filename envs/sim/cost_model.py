@@ -2,7 +2,8 @@
 
 Every model sees the same four float vectors of length `dp` (one entry per DP unit):
 prefill tokens, prefill attention token-pairs, decode requests and the KV tokens those
-decodes read. The instance's pass time is the barrier: the slowest unit sets it, so
+decodes read; and optionally a fifth, the prompts that end in the pass (their last token
+runs the LM head). The instance's pass time is the barrier: the slowest unit sets it, so
 `pass_time` returns fixed costs + max over units, and records how long the other
 units sat idle (`last_idle_frac`). `pass_time` is the simulator's inner loop: each
 model precomputes its constants in __init__ and spends a few NumPy ops per call.
@@ -23,7 +24,7 @@ class CostModel(abc.ABC):
     last_idle_frac: float = 0.0  # mean over units of (max_unit - unit) / max_unit, last call
     last_unit: np.ndarray | None = None  # per-unit compute seconds of the last call (before the barrier max)
     decode_kernel: Callable | None = None  # engine=numba: (reqs, kv) -> a decode-only pass_time (compiled.py)
-    prefill_kernel: Callable | None = None  # engine=numba: (tokens, attn) -> a prefill-only pass_time
+    prefill_kernel: Callable | None = None  # engine=numba: (tokens, attn, ends) -> a prefill-only pass_time
 
     def __init__(self, dp: int):
         self.dp = dp
@@ -31,12 +32,14 @@ class CostModel(abc.ABC):
 
     @abc.abstractmethod
     def pass_time(self, prefill_tokens: np.ndarray, prefill_attn: np.ndarray,
-                  decode_reqs: np.ndarray, decode_kv: np.ndarray) -> float:
+                  decode_reqs: np.ndarray, decode_kv: np.ndarray, prompt_ends: np.ndarray | None = None) -> float:
         """Seconds for one pass; each argument has one entry per DP unit, all >= 0.
 
         prefill_attn[d] = sum over the prompt pieces on unit d of
-        piece_len * (prior_context + piece_len / 2); decode_kv[d] = KV tokens read by
-        the decode_reqs[d] requests (one new token each).
+        piece_len * (prior_context + piece_len / 2) (prior_context: cached prefix and earlier
+        chunks alike); decode_kv[d] = KV tokens read by the decode_reqs[d] requests (one new
+        token each); prompt_ends[d] = prompts whose last token is in this pass (each runs the
+        LM head once; a chunk that does not end its prompt runs none); None: no prompt ends.
         """
 
     def _barrier(self, unit: np.ndarray) -> float:

@@ -37,7 +37,7 @@ class LinearCost(CostModel):
         for name in self.KEYS:
             setattr(self, name, float(coef.get(name, 0.0)))
 
-    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         n_p = prefill_tokens.dot(self._ones)
         n_d = decode_reqs.dot(self._ones)
         if n_d == 0:
@@ -61,7 +61,7 @@ class PiecewiseLinearCost(CostModel):
         super().__init__(dp)
         self.c, self.a, self.b0 = c, a, b0
 
-    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         b = prefill_tokens + decode_reqs
         unit = np.where(b > 0, self.c + self.a * np.maximum(b - self.b0, 0.0), 0.0)
         return self._barrier(unit)
@@ -125,7 +125,7 @@ class TableCost(CostModel):
                           f"and its passes take {named['hardware'][0]}'s times (right for one silicon, e.g. h100 -> "
                           f"h800; for {hardware}'s own: pdgym-profile hardware={hardware})", CostWarning, stacklevel=2)
 
-    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         dx = decode_kv if self.by_kv else decode_reqs
         unit = (np.where(prefill_tokens > 0, np.interp(prefill_tokens, self.xp, self.yp), 0.0)
                 + np.where(decode_reqs > 0, np.interp(dx, self.xd, self.yd), 0.0))
@@ -135,15 +135,15 @@ class TableCost(CostModel):
 def linear_coefficients(cost: CostModel, mean_prompt: float, mean_ctx: float) -> dict[str, float]:
     """Fit the EB linear form to any cost model by non-negative least squares, every unit equally loaded.
 
-    Prefill phase of L = j x mean_prompt tokens (j whole prompts): a_p + b_p L. Decode
+    Prefill phase of L = j x mean_prompt tokens (j whole prompts, j LM-head tokens): a_p + b_p L. Decode
     iteration of n requests with mean_ctx KV tokens each: a_d + b_d n. Mixed batch of T
     tokens with decode share r (prefill pieces from mean_prompt-token prompts):
     a_mb + (c0 + c1 r + c2 r^2) T. Returns a_p, b_p, a_d, b_d, a_mb, c0, c1, c2.
     """
     ones = np.ones(cost.dp)
 
-    def t(pt, pa, dr, dk):
-        return cost.pass_time(ones * pt, ones * pa, ones * dr, ones * dk)
+    def t(pt, pa, dr, dk):  # prefill pieces of mean_prompt-token prompts: pt / mean_prompt of them end here
+        return cost.pass_time(ones * pt, ones * pa, ones * dr, ones * dk, ones * (pt / mean_prompt))
 
     half = mean_prompt / 2.0
     lens = mean_prompt * np.array([1, 2, 3, 4, 6, 8, 12, 16])

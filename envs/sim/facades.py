@@ -106,11 +106,11 @@ class CostQuery(Frozen):
     def __init__(self, cost):
         self._set(_c=cost, dp=cost.dp)
 
-    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         c = self._c
         unit, idle = c.last_unit, c.last_idle_frac
         try:
-            return c.pass_time(prefill_tokens, prefill_attn, decode_reqs, decode_kv)
+            return c.pass_time(prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends)
         finally:
             c.last_unit, c.last_idle_frac = unit, idle
 

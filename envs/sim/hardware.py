@@ -35,7 +35,8 @@ class HardwareProfile:
     scaleout_bw: float  # IB / RoCE NIC, bytes/s one direction
     scaleup_domain: int  # devices per scale-up domain
     pass_overhead_s: float  # fixed seconds per forward pass
-    mfu: float  # achievable fraction of peak FLOP/s
+    mfu: float  # achievable fraction of peak FLOP/s: the weight GEMMs
+    attn_mfu: float  # achievable fraction of the BF16 peak: the attention products (QK^T, PV), the engine's kernel
     mbu: float  # achievable fraction of peak memory bandwidth
     interference: float  # mixed-batch decode-attention slowdown (cost.py)
     source: str = ""
@@ -45,7 +46,7 @@ class HardwareProfile:
             check_positive(getattr(self, f), f"{key}.{f}")
         for f in ("flops_fp8", "pass_overhead_s", "interference"):
             check_positive(getattr(self, f), f"{key}.{f}", allow_zero=True)
-        for f in ("mfu", "mbu"):
+        for f in ("mfu", "attn_mfu", "mbu"):
             v = getattr(self, f)
             check(0 < v <= 1, f"{key}.{f}", f"got {v!r}; allowed (0, 1]")
 
@@ -70,6 +71,9 @@ def build_profile(cls: type, data: Mapping, key: str):
 def _coerce(v: Any, typ: str, key: str):
     if typ == "str":
         check(isinstance(v, str), key, f"got {v!r}; must be a string")
+        return v
+    if typ == "bool":
+        check(isinstance(v, bool), key, f"got {v!r}; must be true or false")
         return v
     try:
         x = float(v) if not isinstance(v, bool) else math.nan

@@ -225,6 +225,7 @@ class PrefillInstance:
         chunk = self.chunk_tokens
         tokens = np.zeros(dp)
         attn = np.zeros(dp)
+        ends = np.zeros(dp)  # prompts whose last token is in this pass: each runs the LM head
         load = self.host_load
         load_s = 0.0  # host-tier KV loads of requests starting here, serialised before the pass (no overlap)
         completing = []
@@ -258,11 +259,12 @@ class PrefillInstance:
                 completing.append(q.popleft())
             tokens[d] = tok
             attn[d] = at
+            ends[d] = n_done
         self.queued_tokens -= tokens.astype(np.int64)
         self.running_tokens[:] = tokens
         z = self._zeros
         kernel = self.cost.prefill_kernel  # engine=numba: pass_time's compiled twin (compiled.py), same value
-        dur = (self.cost.pass_time(tokens, attn, z, z) if kernel is None else kernel(tokens, attn)) + load_s
+        dur = (self.cost.pass_time(tokens, attn, z, z, ends) if kernel is None else kernel(tokens, attn, ends)) + load_s
         self.busy = True
         self.pass_start = now
         self.pass_end = now + dur

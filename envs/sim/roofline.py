@@ -15,7 +15,7 @@ from .models import ModelProfile
 Q_TILE = 128  # query rows per attention tile: a prefill chunk re-reads its KV context once per tile
 ACT_BYTES = 8  # residual-stream traffic per token, layer and hidden element: 2 reads + 2 writes in BF16
 COMBINE_BYTES = 2  # EP combine travels in BF16; dispatch in the weight dtype (FP8 for FP8 models)
-ENGINE_KERNELS = ("mfu", "mbu", "pass_overhead_s")  # hardware fields an instance's engine may set (InstanceConfig)
+ENGINE_KERNELS = ("mfu", "attn_mfu", "mbu", "pass_overhead_s")  # hardware fields an instance's engine may set (InstanceConfig)
 
 
 class RooflineCost(CostModel):
@@ -25,12 +25,18 @@ class RooflineCost(CostModel):
     and TP all-reduce, paid for the unit with the most tokens: every unit waits for it).
     An all-zero pass costs pass_overhead_s: an empty step still launches.
 
-    FLOPs: 2 x params per token (non-routed / tp, plus top-k routed experts) + attention
-    4 x layers x heads x width per token-pair (width = head_dim; MLA decode attends over
-    the cached latent, absorbed). Bytes: non-routed weights / tp (if the unit has work),
-    routed experts actually touched on the device, KV read / written (a prefill piece
-    re-reads its context once per Q_TILE query rows), activations. Weights run at FP8
-    FLOP/s when the model is served in FP8 and the device has FP8; attention products always at BF16.
+    FLOPs, parameters counted as the kernels run them (models.py): 2 x decoder params per
+    token (non-routed decoder / tp, plus top-k routed experts), 2 x LM-head params (/ tp) per
+    LM-head token (every decode token, and each prompt's last token: `prompt_ends`; a chunk
+    that does not end its prompt runs no LM head), attention 4 x layers x heads x width per
+    token-pair (width = head_dim; MLA decode attends over the cached latent, absorbed); the
+    embedding is a lookup (no FLOPs). Bytes: decoder weights / tp (if the unit has work), the
+    LM head / tp (if it has an LM-head token), one embedding row / tp per token, routed experts
+    actually touched on the device, KV read / written (a prefill piece re-reads its context
+    once per Q_TILE query rows), activations. Weights run at mfu x the FP8 peak when the model
+    is served in FP8 and the device has FP8, else x the BF16 peak; attention products run at
+    attn_mfu x the BF16 peak (the engine's attention kernel: FlashAttention-3 / cuDNN-class
+    near mfu, FlashAttention-2-class well below it on Hopper; conf/hardware/*.yaml).
 
     Expert parallelism (ep > tp): routed experts are spread over the whole EP group, so
     each device's expert work follows the instance's mean tokens per unit (balanced
@@ -38,8 +44,8 @@ class RooflineCost(CostModel):
     comes from attention and the non-routed weights. With ep <= tp each unit holds
     every expert (sharded by tp) and its expert work follows its own tokens.
 
-    mfu, mbu and pass_overhead_s are the engine's kernels: the instance's (cluster.*.mfu, ...) where set, else
-    the hardware profile's.
+    mfu, attn_mfu, mbu and pass_overhead_s are the engine's kernels: the instance's (cluster.*.mfu, ...) where
+    set, else the hardware profile's.
 
     Mixed-batch interference: a unit that runs prefill and decode in one batch pays
     interference x its decode KV-read time on top (cluster.*.interference, the engine's; else
@@ -72,20 +78,24 @@ class RooflineCost(CostModel):
         # the kernels FP8 engines use, keep attention in BF16 (FlashMLA: 580 TFLOP/s compute-bound on an H800,
         # 0.59 of the BF16 peak). Measured 2026-11-26 on an H200 (data/calibration/h200_ds_v3_prefill_slice.csv):
         # the attention of a DS-V3 prefill layer takes the same time with FP8 and with BF16 projections.
-        attn = 4.0 * model.layers * model.num_heads / tp / (hw.flops_bf16 * hw.mfu)
+        attn = 4.0 * model.layers * model.num_heads / tp / (hw.flops_bf16 * hw.attn_mfu)
         shard = max(ep, tp)
 
         # Per-unit coefficients as length-dp vectors: array * array is the cheapest NumPy op.
         def vec(x: float) -> np.ndarray:
             return np.full(self.dp, x)
 
-        self._c_tok = vec((2.0 * model.nonrouted_params + (expert_flops if self._moe_local else 0.0)) / tp / f)
+        self._c_tok = vec((2.0 * model.decoder_params + (expert_flops if self._moe_local else 0.0)) / tp / f)
         self._c_pa = vec(attn * model.head_dim)
         self._c_dk = vec(attn * (model.kv_width if model.attention == "mla" else model.head_dim))
-        self._m_tok = vec((kvb + ACT_BYTES * model.layers * model.hidden) / b)
+        emb_row = model.hidden * wb / tp if model.vocab_size else 0.0  # the embedding: a row read per token
+        self._m_tok = vec((kvb + ACT_BYTES * model.layers * model.hidden + emb_row) / b)
         self._m_pa = vec(kvb / Q_TILE / b)
         self._m_dk = vec(kvb / b)
-        self._m_w = vec(model.nonrouted_params * wb / tp / b)
+        self._m_w = vec(model.decoder_params * wb / tp / b)
+        self._head = model.lm_head_params > 0  # LM head per LM-head token: its GEMM, and its weights read once
+        self._c_head = vec(2.0 * model.lm_head_params / tp / f)
+        self._m_head = vec(model.lm_head_params * wb / tp / b)
         self._exp_read = n_exp / shard * model.expert_params * model.moe_layers * wb / b if moe else 0.0
         self._exp_rate = k * (shard / tp) / n_exp if moe else 0.0  # P(expert touched) = 1 - exp(-rate tok)
         self._exp_c = expert_flops / tp / f
@@ -103,7 +113,7 @@ class RooflineCost(CostModel):
             comm += n_ar * model.hidden * 2.0 * 2.0 * (tp - 1) / tp / link_bw(hw, tp)
         self._comm = comm
 
-    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv) -> float:
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         ones = self._ones
         n_p = float(prefill_tokens.dot(ones))
         n_d = float(decode_reqs.dot(ones))
@@ -120,6 +130,13 @@ class RooflineCost(CostModel):
             c += decode_kv * self._c_dk
             m += decode_kv * self._m_dk
         m += np.sign(tok) * self._m_w
+        if self._head:  # the LM head: every decode token, each prompt's last token
+            head = decode_reqs if n_d > 0 else None
+            if prompt_ends is not None and n_p > 0:
+                head = prompt_ends if head is None else head + prompt_ends
+            if head is not None:
+                c += head * self._c_head
+                m += np.sign(head) * self._m_head
         if self._shared:
             mean = (n_p + n_d) / self.dp
             c += mean * self._exp_c
@@ -138,7 +155,8 @@ class RooflineCost(CostModel):
         if self._moe_local:
             return None
         return (np.array([self._c_tok[0], self._m_tok[0], self._c_dk[0], self._m_dk[0], self._m_w[0], self._exp_c,
-                          self._exp_read, self._exp_rate, float(self._shared), self._c_pa[0], self._m_pa[0]]),
+                          self._exp_read, self._exp_rate, float(self._shared), self._c_pa[0], self._m_pa[0],
+                          self._c_head[0] if self._head else 0.0, self._m_head[0] if self._head else 0.0]),
                 self._comm, self._overhead)
 
 
