@@ -38,7 +38,8 @@ def roofline_times() -> pd.DataFrame:
         if r.phase == "prefill":
             tok = float(r.batch * r.tokens_per_req)
             att = float(r.batch * r.tokens_per_req ** 2 / 2)
-            model.append(cost.pass_time(np.array([tok]), np.array([att]), np.zeros(1), np.zeros(1)))
+            model.append(cost.pass_time(np.array([tok]), np.array([att]), np.zeros(1), np.zeros(1),
+                                        np.array([float(r.batch)])))  # the file's prefill runs the LM head per prompt
         else:
             model.append(cost.pass_time(np.zeros(1), np.zeros(1), np.array([float(r.batch)]),
                                         np.array([float(r.batch * r.ctx)])))
@@ -245,3 +246,70 @@ def test_the_ds_v3_slice_on_the_h800_silicon_matches_the_h200():
     h100 = h100[(h100.component == "pass") & (h100.precision == "fp8")].set_index("tokens_per_unit")
     assert 0.9 < h100.time_s[3072] / h200.time_s[3072] < 1.1
     assert (h100.roofline_s == h200.roofline_s).all() and (h100.time_s > 2 * h100.roofline_s).all()
+
+
+# --------------------------------------------------------------------------- prefill after a cached prefix (H200)
+def cached_prefix_grid() -> pd.DataFrame:
+    df = calibration.load(calibration.CACHED_PREFIX)
+    return df[df.kind == "prefill"].reset_index(drop=True)
+
+
+def test_the_cached_prefix_grid_ships_with_the_package():
+    df = cached_prefix_grid()
+    assert sorted(df.n.unique()) == [256, 512, 1024, 2048, 4096, 8192]
+    assert sorted(df.c.unique()) == [0, 1024, 4096, 16384, 32768] and len(df) == 30 and (df.layers == 36).all()
+
+
+def test_shipped_h200_qwen3_8b_predicts_every_cached_prefix_point_with_n_from_1024_within_10_percent():
+    """Issue 35's done-when: the h200 profile's PyTorch-SDPA engine (attn_mfu 0.34) and Qwen3-8B's decoder
+    parameters price every pass of n >= 1024 new tokens after c = 0..32K cached ones within 10%. The roofline
+    before (attention at mfu, every parameter per token) misses it both ways: 0.73 at 32K, 1.17 uncached."""
+    df = cached_prefix_grid()
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    big = df[df.n >= 1024]
+    ratio = calibration.cached_prefix_predicted_s(hw, model, big.n, big.c) / big.time_s.to_numpy()
+    assert np.all(np.abs(ratio - 1) <= 0.10), dict(zip(zip(big.n, big.c), ratio.round(3)))
+    before = calibration.cached_prefix_predicted_s(dataclasses.replace(hw, attn_mfu=hw.mfu),
+                                                   dataclasses.replace(model, vocab_size=0), big.n, big.c)
+    before = before / big.time_s.to_numpy()
+    assert before.min() < 0.76 and before.max() > 1.15  # the test can fail: the old physics does
+
+
+def test_h200_attn_mfu_is_the_fit_to_the_shared_grid():
+    """conf/hardware/h200.yaml's attn_mfu is calibration.fit_attn_mfu on the grid, to two figures."""
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    fit = calibration.fit_attn_mfu(hw, model, cached_prefix_grid())
+    assert 0.33 <= fit <= 0.36  # the issue's 0.33-0.36 of the BF16 peak
+    assert hw.attn_mfu == pytest.approx(round(fit, 2))
+
+
+def test_fit_attn_mfu_recovers_the_value_that_generated_a_grid():
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    grid = pd.DataFrame([(n, c) for n in (1024, 4096) for c in (0, 8192, 32768)], columns=["n", "c"])
+    truth = dataclasses.replace(hw, attn_mfu=0.47)
+    grid["time_s"] = calibration.cached_prefix_predicted_s(truth, model, grid.n, grid.c)
+    assert calibration.fit_attn_mfu(hw, model, grid) == pytest.approx(0.47, rel=1e-3)
+
+
+def test_hit_savings_and_a_long_prompt_as_the_grid_measures_them():
+    """The grid's own line (least squares of overhead + a n + k n (c + n / 2) over n >= 1024, relative error)
+    interpolates it: an 8K prompt with a 4K hit costs 0.565 of the recompute, a 32K prompt 1.72 s. The calibrated
+    roofline gives both within 2%; the one before gave 0.536 and 1.44 s (it overstated what a hit saves and
+    under-priced long prompts)."""
+    df = cached_prefix_grid()
+    d = df[df.n >= 1024]
+    x = np.column_stack([np.ones(len(d)), d.n, d.n * (d.c + d.n / 2)]) / d.time_s.to_numpy()[:, None]
+    a, b, k = np.linalg.lstsq(x, np.ones(len(d)), rcond=None)[0]
+
+    def line(n, c):
+        return a + b * n + k * n * (c + n / 2)
+
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    before = dataclasses.replace(hw, attn_mfu=hw.mfu), dataclasses.replace(model, vocab_size=0)
+    for h, m, ok in ((hw, model, True), (*before, False)):
+        def t(n, c, h=h, m=m):
+            return calibration.cached_prefix_predicted_s(h, m, [n], [c])[0]
+
+        hit = t(4096, 4096) / t(8192, 0)
+        assert (hit == pytest.approx(line(4096, 4096) / line(8192, 0), rel=0.02)) == ok, hit
+        assert (t(32768, 0) == pytest.approx(line(32768, 0), rel=0.02)) == ok, t(32768, 0)

@@ -320,3 +320,122 @@ def test_an_engine_sets_its_own_kernel_efficiency_and_pass_overhead():
     for bad in (dict(mfu=0.0), dict(mfu=1.5), dict(mbu=-0.1), dict(pass_overhead_s=-1.0), dict(mfu=True)):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             dataclasses.replace(inst, **bad).validate("cluster.prefill")
+
+
+# --------------------------------------------------------------------------- attention and parameters as kernels run them
+def _compute_only(hw: str, **over):
+    """The h-profile with memory, overhead and interference out of the way: pass time = FLOPs / achievable FLOP/s."""
+    return dataclasses.replace(load_hardware(hw), hbm_bw=1e30, pass_overhead_s=0.0, interference=0.0, **over)
+
+
+def test_flops_per_attention_pair_are_four_x_heads_x_head_dim_per_layer():
+    """Qwen3-8B (config.json: 36 layers, 32 query heads of 128): QK^T and PV are 2 + 2 FLOPs per head width, so
+    4 x 32 x 128 x 36 = 589,824 FLOPs per pair, at attn_mfu x the BF16 peak; mfu does not enter."""
+    hw = _compute_only("h200", attn_mfu=0.25, mfu=0.9)
+    c = RooflineCost(hw, load_model("qwen3_8b"), InstanceConfig(count=1))
+    z, n = np.zeros(1), vec(2048)
+    pairs = 1e7
+    extra = c.pass_time(n, vec(pairs), z, z) - c.pass_time(n, z, z, z)
+    assert extra == pytest.approx(pairs * 4 * 32 * 128 * 36 / (9.89e14 * 0.25), rel=1e-9)
+
+
+def test_qwen3_8b_decoder_params_from_its_config_json():
+    """config.json: hidden 4096, 36 layers, 32 / 8 heads of 128, intermediate 12288, q/k RMSNorm of 128,
+    vocab 151936, tie_word_embeddings false: the decoder is 6.946B of the 8.19B, the embedding and LM head
+    0.622B each."""
+    h, layers, nq, nkv, hd, ffn, vocab = 4096, 36, 32, 8, 128, 12288, 151936
+    per_layer = h * (nq + 2 * nkv) * hd + nq * hd * h + 3 * h * ffn + 2 * h + 2 * hd
+    decoder = layers * per_layer + h  # + the final norm
+    m = load_model("qwen3_8b")
+    assert decoder == pytest.approx(6.946e9, rel=1e-3)
+    assert m.decoder_params == pytest.approx(decoder, rel=1e-3)
+    assert m.embedding_params == m.lm_head_params == vocab * h
+    assert m.decoder_params + m.embedding_params + m.lm_head_params == pytest.approx(m.params_total)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_shipped_model_splits_its_embedding_and_lm_head(name):
+    m = load_model(name)
+    assert m.vocab_size > 0
+    stored = m.embedding_params * (1 if m.tie_word_embeddings else 2)
+    assert m.decoder_params == pytest.approx(m.nonrouted_params - stored)
+    assert 0.5 * m.nonrouted_params < m.decoder_params < m.nonrouted_params
+    assert m.tie_word_embeddings == (name == "gemma3_1b")  # the one shipped model whose config.json ties them
+
+
+def test_prefill_pays_decoder_gemms_and_the_lm_head_once_per_prompt_end():
+    """Compute only: a prefill token costs 2 x decoder params, each prompt's last token 2 x LM-head params more,
+    a chunk that does not end its prompt none; a decode token pays decoder + LM head; the embedding no FLOPs."""
+    hw = _compute_only("h100")
+    m = load_model("llama3_1_8b")
+    c = RooflineCost(hw, m, InstanceConfig(count=1))
+    f = hw.flops_bf16 * hw.mfu
+    z = np.zeros(1)
+    assert c.pass_time(vec(1000), z, z, z) == pytest.approx(1000 * 2 * m.decoder_params / f, rel=1e-12)
+    assert c.pass_time(vec(1000), z, z, z, vec(0)) == c.pass_time(vec(1000), z, z, z)
+    two_ends = c.pass_time(vec(1000), z, z, z, vec(2))
+    assert two_ends == pytest.approx((1000 * 2 * m.decoder_params + 2 * 2 * m.lm_head_params) / f, rel=1e-12)
+    assert c.pass_time(z, z, vec(64), z) == pytest.approx(64 * 2 * (m.decoder_params + m.lm_head_params) / f,
+                                                           rel=1e-12)
+
+
+def test_lm_head_weights_are_read_only_by_a_pass_that_runs_it():
+    """Memory only: a short chunk that ends no prompt reads the decoder's weights; one that ends a prompt also the LM
+    head's (vocab x hidden x 2 bytes), once however many prompts end."""
+    hw = dataclasses.replace(load_hardware("h200"), flops_bf16=1e30, flops_fp8=1e30, pass_overhead_s=0.0)
+    m = load_model("qwen3_8b")
+    c = RooflineCost(hw, m, InstanceConfig(count=1))
+    z, b = np.zeros(1), hw.hbm_bw * hw.mbu
+    mid, end, ends = (c.pass_time(vec(8), vec(32), z, z, e) for e in (None, vec(1), vec(3)))
+    assert end - mid == pytest.approx(151936 * 4096 * 2 / b, rel=1e-9)
+    assert ends == pytest.approx(end, rel=1e-12)
+
+
+def test_a_pass_after_a_cached_prefix_costs_what_the_second_chunk_of_the_whole_prompt_costs():
+    """Simulated: a (c + n)-token prompt in chunks of c runs a first pass of c tokens (c^2 / 2 pairs, no LM head)
+    and a second of n new tokens after c in the cache: n x (c + n / 2) pairs and the prompt's LM head, which is
+    the pass of an n-token prompt whose first c tokens were a cache hit (calibration.cached_prefix_predicted_s)."""
+    from pdgym.agents.experiments.calibration import cached_prefix_predicted_s
+    from pdgym.envs.sim import simulate
+    from pdgym.envs.sim.config import sim_config
+
+    c, n = 4096, 1024
+    cfg = sim_config({"hardware": "h200", "model": "qwen3_8b",
+                      "cluster": {"topology": "disaggregated", "prefill": {"count": 1, "dp": 1, "chunk_tokens": c},
+                                  "decode": {"count": 1, "dp": 1}},
+                      "workload": {"num_requests": 1, "arrival": "closed", "concurrency": 1,
+                                   "prompt": {"dist": "fixed", "mean": c + n, "min": 1, "max": 65536},
+                                   "output": {"dist": "fixed", "mean": 2, "min": 1, "max": 4}}})
+    steps = simulate(cfg, seed=0).step_table()
+    first, second = steps[steps.kind == "prefill"].dur
+    hw, m = load_hardware("h200"), load_model("qwen3_8b")
+    assert second == pytest.approx(cached_prefix_predicted_s(hw, m, [n], [c])[0], rel=1e-12)
+    cost = RooflineCost(hw, m, InstanceConfig(count=1))
+    z = np.zeros(1)
+    assert first == pytest.approx(cost.pass_time(vec(c), vec(c * c / 2), z, z), rel=1e-12)
+    whole = cost.pass_time(vec(c + n), vec((c + n) ** 2 / 2), z, z, vec(1))  # one pass: the same work
+    assert first + second > whole  # two passes: a second overhead and a second weight read
+
+
+def test_an_engine_sets_its_own_attention_kernel():
+    """cluster.*.attn_mfu: this instance's attention efficiency; the profile's where unset; (0, 1] or refused."""
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    inst = InstanceConfig(count=1)
+    z = np.zeros(1)
+
+    def long_prefill(i):
+        return RooflineCost(hw, model, i).pass_time(vec(4096), vec(4096 * (32768 + 2048)), z, z, vec(1))
+
+    fa3 = dataclasses.replace(inst, attn_mfu=hw.mfu)
+    assert long_prefill(fa3) == RooflineCost(dataclasses.replace(hw, attn_mfu=hw.mfu), model, inst).pass_time(
+        vec(4096), vec(4096 * (32768 + 2048)), z, z, vec(1))
+    assert long_prefill(fa3) < long_prefill(inst)  # the FA2-class profile (0.34) prices long context higher
+    for bad in (0.0, 1.5, True, -0.2):
+        with pytest.raises(ConfigError, match=r"^cluster\.prefill\.attn_mfu: "):
+            dataclasses.replace(inst, attn_mfu=bad).validate("cluster.prefill")
+    with pytest.raises(ConfigError, match=r"^hardware\.attn_mfu: got 0\.0; allowed \(0, 1\]"):
+        load_hardware({**dataclasses.asdict(hw), "attn_mfu": 0})
+    with pytest.raises(ConfigError, match=r"^model\.tie_word_embeddings: got 'yes'; must be true or false"):
+        load_model({**dataclasses.asdict(model), "tie_word_embeddings": "yes"})
+    with pytest.raises(ConfigError, match=r"^model\.vocab_size: the embedding and LM head"):
+        load_model({**dataclasses.asdict(model), "vocab_size": 1_000_000})

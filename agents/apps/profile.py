@@ -458,7 +458,7 @@ def table_frame(df: pd.DataFrame, model: str, hardware: str) -> pd.DataFrame:
 def ideal_terms(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Seconds of each point's FLOPs at peak and of its bytes at peak bandwidth, from cost.py's own
     RooflineCost (one unit, tp = ep = 1): the other peak set so high that its term vanishes."""
-    base = dict(mfu=1.0, mbu=1.0, pass_overhead_s=0.0, interference=0.0)
+    base = dict(mfu=1.0, attn_mfu=1.0, mbu=1.0, pass_overhead_s=0.0, interference=0.0)
     compute = RooflineCost(dataclasses.replace(hw, **base, hbm_bw=HUGE), model, InstanceConfig(count=1))
     memory = RooflineCost(dataclasses.replace(hw, **base, flops_bf16=HUGE, flops_fp8=HUGE), model,
                           InstanceConfig(count=1))
