@@ -110,7 +110,9 @@ GRID = pd.DataFrame(
 ])
 def test_fit_recovers_the_roofline_that_generated_the_timings(model, truth):
     hw, m = load_hardware("h100"), load_model(model)
-    cost = build_cost_model(CostConfig(kind="roofline"), dataclasses.replace(hw, **truth, interference=0.0), m,
+    # without cached context the fit holds attn_mfu = mfu: one efficiency for all matrix work generates the grid
+    cost = build_cost_model(CostConfig(kind="roofline"),
+                            dataclasses.replace(hw, **truth, attn_mfu=truth["mfu"], interference=0.0), m,
                             InstanceConfig(count=1))
     z = np.zeros(1)
     t = [cost.pass_time(np.array([r.tokens_per_req * 1.0]), np.array([r.tokens_per_req ** 2 / 2.0]), z, z)
@@ -122,6 +124,49 @@ def test_fit_recovers_the_roofline_that_generated_the_timings(model, truth):
     assert fit["mbu"] == pytest.approx(truth["mbu"], rel=0.03)
     assert fit["pass_overhead_s"] == pytest.approx(truth["pass_overhead_s"], rel=0.15)
     assert np.abs(fit["rel_err"]).max() < 0.05
+
+
+CTX_GRID = pd.DataFrame(
+    [{"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": c} for n in (256, 1024, 4096) for c in (0, 4096, 32768)]
+    + [{"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c} for b in (1, 32, 256) for c in (256, 4096)])
+
+
+def test_fit_recovers_attn_mfu_apart_from_mfu_on_a_grid_with_cached_context():
+    """A synthetic table from known coefficients (attention at 0.34, GEMMs at 0.55: a FlashAttention-2-class engine),
+    prefill after 0-32K cached tokens: the fit returns all four; without the context axis attn_mfu is tied to mfu."""
+    hw, m = load_hardware("h200"), load_model("qwen3_8b")
+    truth = {"mfu": 0.55, "attn_mfu": 0.34, "mbu": 0.75, "pass_overhead_s": 2e-3}
+    timed = profile.timed_model(m, profile.model_shape(m, 1, None, 151936, 2))
+    cost = build_cost_model(CostConfig(kind="roofline"), dataclasses.replace(hw, **truth, interference=0.0), timed,
+                            InstanceConfig(count=1))
+    z = np.zeros(1)
+    t = [cost.pass_time(np.array([r.tokens_per_req * 1.0]), np.array([r.tokens_per_req * (r.ctx + r.tokens_per_req / 2)]),
+                        z, z) if r.phase == "prefill"
+         else cost.pass_time(z, z, np.array([r.batch * 1.0]), np.array([r.batch * r.ctx * 1.0]))
+         for r in CTX_GRID.itertuples()]
+    noise = np.random.default_rng(1).normal(1.0, 0.01, len(t))
+    fit = profile.fit_roofline(hw, timed, CTX_GRID.assign(time_s=np.array(t) * noise))
+    assert fit["attn_fitted"]
+    for k, v in truth.items():
+        assert fit[k] == pytest.approx(v, rel=0.05 if k != "pass_overhead_s" else 0.25), k
+    flat = profile.fit_roofline(hw, timed, GRID.assign(time_s=1e-3 * (1 + np.arange(len(GRID)))))
+    assert not flat["attn_fitted"] and flat["attn_mfu"] == flat["mfu"]
+
+
+def test_a_cpu_run_with_cached_context_and_a_named_kernel(tmp_path):
+    out = tmp_path / "ctx"
+    p = run(*TINY, "profile.prefill_tokens=[16,64]", "profile.prefill_ctx=[0,128]", "profile.attn_kernel=math",
+            "profile.plots=true", "hydra.run.dir=" + str(out))
+    assert p.returncode == 0, p.stderr
+    meas = pd.read_csv(out / "measurements.csv")
+    pre = meas[meas.phase == "prefill"]
+    assert sorted(zip(pre.tokens_per_req, pre.ctx)) == [(16, 0), (16, 128), (64, 0), (64, 128)]
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["attn_fitted"] and fit["attn_kernel"] == "math" and fit["prefill_ctx"] == [0, 128]
+    assert (out / "prefill_ctx.png").is_file()
+    table = pd.read_csv(out / "table.csv")  # the table has no context axis: the c = 0 passes
+    assert sorted(table[table.phase == "prefill"].tokens) == [16, 64]
+    assert yaml.safe_load((out / "hardware_fit.yaml").read_text())["attn_mfu"] == pytest.approx(fit["attn_mfu"], rel=1e-3)
 
 
 def test_timed_model_counts_what_the_workload_builds():
@@ -146,6 +191,8 @@ def test_timed_model_counts_what_the_workload_builds():
     (["profile.bogus=1"], "profile.bogus"),
     (["profile.memory_limit_gb=0.001"], "profile.memory_limit_gb"),
     (["hardware=tpu_v9"], "hardware"),
+    (["profile.prefill_ctx=[-1]"], "profile.prefill_ctx"),
+    (["profile.attn_kernel=fa9"], "profile.attn_kernel"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path, capsys, args, key):
     out = tmp_path / "run"

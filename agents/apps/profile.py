@@ -7,7 +7,11 @@ Operator profiling as vidur does it: decoder layers with the model profile's sha
 heads, head width; SwiGLU MLP, or a top-k routed MoE with its experts and shared experts) and random
 weights run on the local torch device (CUDA when available, synchronised; else CPU): prefill of one
 prompt of N tokens (causal `scaled_dot_product_attention`) and decode steps of B requests over C cached
-tokens each (GQA attention over a dense KV cache). `profile.layers` layers are timed (warm-up, then the
+tokens each (GQA attention over a dense KV cache). With `profile.prefill_ctx` a prefill of N new tokens also runs
+after C cached ones: each layer writes its N new K/V rows into a preallocated (C + N)-row cache and attends over all
+of it with a lower-right causal mask (as serving engines do for a prefix-cache hit or a later chunk).
+`profile.attn_kernel` picks torch's attention backend (flash, cudnn, efficient, math; auto: torch's choice).
+`profile.layers` layers are timed (warm-up, then the
 median of `repeats`; on CUDA with events, decode replayed from a CUDA graph as engines run it) and scaled by
 model.layers / layers; embeddings, LM head, sampling and the engine's scheduler are left out (their fixed
 cost lands in the fitted pass_overhead_s only as far as it scales). MoE experts run as one grouped GEMM per
@@ -18,13 +22,15 @@ Writes to DIR (each file atomically; fit.json last, so a run without it is incom
                       another model refuses it, of other hardware warns), checked by a short simulate();
                       use it with cost.kind=table +cost.params.path=DIR/table.csv
   measurements.csv    every grid point: measured and fitted seconds, relative error
-  hardware_fit.yaml   the hardware profile with the fitted mfu, mbu, pass_overhead_s
-  profile.png         measured vs fitted
+  hardware_fit.yaml   the hardware profile with the fitted mfu, attn_mfu, mbu, pass_overhead_s (attn_mfu is fitted
+                      apart from mfu when the grid has cached context, prefill_ctx > 0; else it equals mfu)
+  profile.png         measured vs fitted (prefill_ctx.png: the prefill passes over new tokens and over context)
   fit.json            the fit (least squares of the roofline's own formula, relative errors), device, shape
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -40,7 +46,7 @@ import pandas as pd
 import yaml
 from omegaconf import DictConfig
 from pdgym.agents.common import hydra_cli, run_dir, to_container
-from pdgym.envs.sim.config import CostConfig, InstanceConfig, check
+from pdgym.envs.sim.config import ConfigError, CostConfig, InstanceConfig, check
 from pdgym.envs.sim.cost import RooflineCost
 from pdgym.envs.sim.hardware import HardwareProfile, load_hardware
 from pdgym.envs.sim.metrics import atomic_path
@@ -49,8 +55,11 @@ from pdgym.envs.sim.validation import check_bool, check_float, check_int
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
-FIT_KEYS = ("mfu", "mbu", "pass_overhead_s")
-PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_tokens", "decode_batch", "decode_ctx",
+FIT_KEYS = ("mfu", "attn_mfu", "mbu", "pass_overhead_s")
+ATTN_KERNELS = {"auto": None, "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                "math": "MATH"}  # profile.attn_kernel -> torch.nn.attention.SDPBackend
+PROFILE_KEYS = ("device", "dtype", "layers", "shrink", "ffn", "vocab", "prefill_tokens", "prefill_ctx", "attn_kernel",
+                "decode_batch", "decode_ctx",
                 "warmup", "repeats", "seed", "threads", "memory_limit_gb", "check_requests", "plots", "cuda_graph", "ep")
 CHECK_KV_TOKENS = 1_000_000  # KV capacity of the check run's instances
 HUGE = 1e30  # a peak so high that its roofline term vanishes: isolates the other one
@@ -109,11 +118,13 @@ class Settings:
     threads: int | None = None
     cuda_graph: bool = True
     ep: int = 1
+    prefill_ctx: tuple[int, ...] = (0,)
+    attn_kernel: str = "auto"
 
 
-def _int_list(v, key: str) -> tuple[int, ...]:
-    ok = isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
-    check(bool(ok), key, f"got {v!r}; must be a non-empty list of integers >= 1")
+def _int_list(v, key: str, lo: int = 1) -> tuple[int, ...]:
+    ok = isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) and x >= lo for x in v)
+    check(bool(ok), key, f"got {v!r}; must be a non-empty list of integers >= {lo}")
     return tuple(sorted(set(v)))
 
 
@@ -184,7 +195,8 @@ def footprint_bytes(s: Settings) -> float:
     """Weights of the timed layers + the largest KV cache + prefill activations (a generous estimate)."""
     sh = s.shape
     weights = s.layers * (sh.layer_params + sh.experts * sh.expert_params) * sh.elem
-    kv = s.layers * 2 * max(s.decode_batch) * max(s.decode_ctx) * sh.kv_heads * sh.head_dim * sh.elem
+    kv_rows = max(max(s.decode_batch) * max(s.decode_ctx), max(s.prefill_ctx) + max(s.prefill_tokens))
+    kv = s.layers * 2 * kv_rows * sh.kv_heads * sh.head_dim * sh.elem
     width = 4 * sh.hidden + (sh.heads + 2 * sh.kv_heads) * sh.head_dim + 3 * max(sh.ffn, sh.shared_ffn) \
         + 3 * sh.top_k * sh.expert_ffn + sh.experts
     act = 2 * max(*s.prefill_tokens, *s.decode_batch) * width * 4
@@ -212,6 +224,8 @@ def settings(cfg: DictConfig) -> Settings:
     shape = model_shape(model, shrink, ffn, vocab, elem, ep)
     check_bool(p.get("plots", True), "profile.plots")
     check_bool(p.get("cuda_graph", True), "profile.cuda_graph")
+    kernel = p.get("attn_kernel", "auto")
+    check(kernel in ATTN_KERNELS, "profile.attn_kernel", f"got {kernel!r}; allowed: {', '.join(ATTN_KERNELS)}")
     s = Settings(hw=hw, model=model, shape=shape, device=device, dtype=dtype,
                  layers=_int(p, "layers", 1, model.layers),
                  prefill_tokens=_int_list(p.get("prefill_tokens"), "profile.prefill_tokens"),
@@ -220,7 +234,8 @@ def settings(cfg: DictConfig) -> Settings:
                  warmup=_int(p, "warmup", 0), repeats=_int(p, "repeats", 1), seed=_int(p, "seed", 0),
                  check_requests=_int(p, "check_requests", 0), plots=p.get("plots", True), shrink=shrink,
                  threads=None if p.get("threads") is None else _int(p, "threads", 1),
-                 cuda_graph=p.get("cuda_graph", True), ep=ep)
+                 cuda_graph=p.get("cuda_graph", True), ep=ep,
+                 prefill_ctx=_int_list(p.get("prefill_ctx", [0]), "profile.prefill_ctx", lo=0), attn_kernel=kernel)
     limit = check_float(p.get("memory_limit_gb", 16.0), "profile.memory_limit_gb", 0.0, lo_open=True)
     need = footprint_bytes(s) / 1e9
     check(need <= limit, "profile.memory_limit_gb",
@@ -279,7 +294,7 @@ class Layers:
         self.v_cache: list = []
         self.probe_grouped()
 
-    def alloc_kv(self, batch: int, ctx: int) -> None:
+    def alloc_kv(self, batch: int, ctx: int) -> None:  # decode: ctx cached rows; prefill after c: c + n rows
         torch, sh = self.torch, self.shape
         dims = (batch, sh.kv_heads, ctx, sh.head_dim)
         self.k_cache = [torch.randn(dims, device=self.device, dtype=self.dtype) for _ in self.layers]
@@ -348,10 +363,17 @@ class Layers:
         scale = float(ref.abs().max()) or 1.0
         self.grouped = float((got - ref).abs().max()) <= 0.05 * scale
 
-    def forward(self, x, decode: bool) -> None:
-        """x: [B, T, hidden]; prefill: one prompt (B = 1) with causal attention; decode: T = 1 over the KV cache."""
+    def forward(self, x, decode: bool, ctx: int = 0) -> None:
+        """x: [B, T, hidden]; prefill: one prompt (B = 1) with causal attention, after `ctx` cached tokens (its K/V
+        written into rows ctx.. of the preallocated cache, a lower-right causal mask over all); decode: T = 1 over
+        the KV cache."""
         F, sh = self.torch.nn.functional, self.shape
         B, T, _ = x.shape
+        mask = None
+        if ctx and not decode:
+            from torch.nn.attention.bias import causal_lower_right
+
+            mask = causal_lower_right(T, ctx + T)
         for i, lay in enumerate(self.layers):
             h = self._norm(x, lay["n1"]) @ lay["qkv"]
             q, k, v = h.split([sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim, sh.kv_heads * sh.head_dim], -1)
@@ -361,7 +383,12 @@ class Layers:
             else:
                 k = k.view(B, T, sh.kv_heads, sh.head_dim).transpose(1, 2)
                 v = v.view(B, T, sh.kv_heads, sh.head_dim).transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=not decode, enable_gqa=sh.heads != sh.kv_heads)
+                if ctx:
+                    self.k_cache[i][:, :, ctx:] = k
+                    self.v_cache[i][:, :, ctx:] = v
+                    k, v = self.k_cache[i], self.v_cache[i]
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not decode and mask is None,
+                                               enable_gqa=sh.heads != sh.kv_heads)
             x = x + a.transpose(1, 2).reshape(B, T, sh.heads * sh.head_dim) @ lay["o"]
             h = self._norm(x, lay["n2"])
             x = x + (self._moe(h, lay) if sh.experts else self._mlp(h, lay["up"], lay["down"]))
@@ -406,6 +433,24 @@ def time_call(torch, fn, device: str, warmup: int, repeats: int, graph: bool = F
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def attention_backend(torch, kernel: str, point: str):
+    """scaled_dot_product_attention pinned to profile.attn_kernel (auto: torch chooses); a backend torch cannot run
+    here is one line naming the key, not a traceback."""
+    if ATTN_KERNELS[kernel] is None:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        with sdpa_kernel([getattr(SDPBackend, ATTN_KERNELS[kernel])]):
+            yield
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"profile.attn_kernel: torch's {kernel} kernel does not run the {point} here ({first}); "
+                          "allowed here: another of " + ", ".join(ATTN_KERNELS)) from None
+
+
 def measure(s: Settings, progress=print) -> pd.DataFrame:
     """Median seconds of the timed layers per grid point, and scaled to model.layers (time_s)."""
     import torch
@@ -421,15 +466,23 @@ def measure(s: Settings, progress=print) -> pd.DataFrame:
     def x(b, t):
         return torch.randn(b, t, s.shape.hidden, device=s.device, dtype=layers.dtype)
 
-    for n in s.prefill_tokens:
-        t = time_call(torch, functools.partial(layers.forward, x(1, n), False), s.device, s.warmup, s.repeats)
-        rows.append({"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": 0, "timed_s": t, "cuda_graph": False})
-        progress(f"prefill {n:>6} tokens: {t * scale * 1e3:9.3f} ms")
+    for c in s.prefill_ctx:
+        for n in s.prefill_tokens:  # (a backend that cannot run this point: one line naming profile.attn_kernel)
+            if c:
+                layers.alloc_kv(1, c + n)
+            with attention_backend(torch, s.attn_kernel, f"prefill of {n} after {c}"):
+                t = time_call(torch, functools.partial(layers.forward, x(1, n), False, c), s.device, s.warmup,
+                              s.repeats)
+            rows.append({"phase": "prefill", "batch": 1, "tokens_per_req": n, "ctx": c, "timed_s": t,
+                         "cuda_graph": False})
+            progress(f"prefill {n:>6} tokens after {c:>6}: {t * scale * 1e3:9.3f} ms")
+        layers.k_cache = layers.v_cache = []
     for c in s.decode_ctx:
         for b in s.decode_batch:
             layers.alloc_kv(b, c)
             step = functools.partial(layers.forward, x(b, 1), True)
-            t = time_call(torch, step, s.device, s.warmup, s.repeats, graph)
+            with attention_backend(torch, s.attn_kernel, f"decode of {b} x {c}"):
+                t = time_call(torch, step, s.device, s.warmup, s.repeats, graph)
             rows.append({"phase": "decode", "batch": b, "tokens_per_req": 1, "ctx": c, "timed_s": t,
                          "cuda_graph": graph})
             progress(f"decode  {b:>4} x {c:>6} ctx: {t * scale * 1e3:9.3f} ms")
@@ -445,9 +498,10 @@ def measure(s: Settings, progress=print) -> pd.DataFrame:
 # --------------------------------------------------------------------------- the table and the fit
 def table_frame(df: pd.DataFrame, model: str, hardware: str) -> pd.DataFrame:
     """cost.kind=table rows: prefill over tokens; decode over KV tokens read (points with the same KV
-    count averaged, so np.interp sees strictly increasing x); each row names the model and hardware timed,
+    count averaged, so np.interp sees strictly increasing x; prefill after cached context is the fit's, not the
+    table's: the table has no context axis); each row names the model and hardware timed,
     which the table cost model checks against the scenario's (envs/sim/cost.TableCost)."""
-    pre = df[df.phase == "prefill"].groupby("tokens", as_index=False).time_s.mean()
+    pre = df[(df.phase == "prefill") & (df.ctx == 0)].groupby("tokens", as_index=False).time_s.mean()
     pre = pre.assign(phase="prefill", kv="")
     dec = df[df.phase == "decode"].groupby("kv", as_index=False).agg(tokens=("batch", "mean"), time_s=("time_s", "mean"))
     dec = dec.assign(phase="decode", tokens=dec.tokens.round().astype(int))
@@ -455,59 +509,69 @@ def table_frame(df: pd.DataFrame, model: str, hardware: str) -> pd.DataFrame:
     return out.assign(model=model, hardware=hardware)
 
 
-def ideal_terms(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds of each point's FLOPs at peak and of its bytes at peak bandwidth, from cost.py's own
-    RooflineCost (one unit, tp = ep = 1): the other peak set so high that its term vanishes."""
-    base = dict(mfu=1.0, attn_mfu=1.0, mbu=1.0, pass_overhead_s=0.0, interference=0.0)
-    compute = RooflineCost(dataclasses.replace(hw, **base, hbm_bw=HUGE), model, InstanceConfig(count=1))
-    memory = RooflineCost(dataclasses.replace(hw, **base, flops_bf16=HUGE, flops_fp8=HUGE), model,
-                          InstanceConfig(count=1))
+def ideal_terms(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """Seconds of each point's GEMM FLOPs at peak, attention FLOPs at the BF16 peak and bytes at peak bandwidth,
+    from roofline.py's own RooflineCost (one unit, tp = ep = 1): the other terms' peaks set so high that they
+    vanish. A prefill of n tokens after c cached ones has n (c + n / 2) attention pairs per prompt."""
+    base = dict(mfu=1.0, attn_mfu=1.0, mbu=1.0, pass_overhead_s=0.0, interference=0.0, hbm_bw=HUGE)
+    one = InstanceConfig(count=1)
+    costs = (RooflineCost(dataclasses.replace(hw, **{**base, "attn_mfu": HUGE}), model, one),
+             RooflineCost(dataclasses.replace(hw, **{**base, "mfu": HUGE}), model, one),
+             RooflineCost(dataclasses.replace(hw, **{**base, "hbm_bw": hw.hbm_bw}, flops_bf16=HUGE, flops_fp8=HUGE),
+                          model, one))
     z = np.zeros(1)
     out = []
-    for cost in (compute, memory):
+    for cost in costs:
         t = []
         for r in df.itertuples():
             if r.phase == "prefill":
-                n = float(r.batch * r.tokens_per_req)
-                t.append(cost.pass_time(np.array([n]), np.array([r.batch * r.tokens_per_req ** 2 / 2.0]), z, z))
+                n, pairs = float(r.batch * r.tokens_per_req), r.batch * r.tokens_per_req * (r.ctx + r.tokens_per_req / 2)
+                t.append(cost.pass_time(np.array([n]), np.array([float(pairs)]), z, z))
             else:
                 t.append(cost.pass_time(z, z, np.array([float(r.batch)]), np.array([float(r.batch * r.ctx)])))
         out.append(np.array(t))
-    return out[0], out[1]
+    return tuple(out)
 
 
-def roofline_time(c: np.ndarray, m: np.ndarray, mfu: float, mbu: float, overhead: float) -> np.ndarray:
-    """RooflineCost's pass time of one unit: overhead + max(FLOPs / (peak mfu), bytes / (bw mbu))."""
-    return overhead + np.maximum(c / mfu, m / mbu)
+def roofline_time(c: np.ndarray, m: np.ndarray, mfu: float, mbu: float, overhead: float,
+                  a: np.ndarray | float = 0.0, attn_mfu: float = 1.0) -> np.ndarray:
+    """RooflineCost's pass time of one unit: overhead + max(GEMM FLOPs / (peak mfu) + attention FLOPs / (peak
+    attn_mfu), bytes / (bw mbu))."""
+    return overhead + np.maximum(c / mfu + a / attn_mfu, m / mbu)
 
 
-FIT_PARAMS = 3  # mfu, mbu, pass_overhead_s
+FIT_PARAMS = 3  # mfu, mbu, pass_overhead_s (+ attn_mfu when the grid has cached context)
 
 
 def fit_roofline(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame) -> dict:
-    """mfu, mbu, pass_overhead_s minimising the squared relative error of the roofline against df.time_s."""
+    """mfu, attn_mfu, mbu, pass_overhead_s minimising the squared relative error of the roofline against df.time_s.
+    attn_mfu is a parameter of its own only when prefill points have cached context (df.ctx > 0), where attention
+    is separable from the GEMMs; otherwise it equals mfu (one efficiency for all matrix work)."""
     from scipy.optimize import least_squares
 
-    c, m = ideal_terms(hw, model, df)
+    c, a, m = ideal_terms(hw, model, df)
     t = df.time_s.to_numpy(dtype=float)
     check(bool(np.all(t > 0)), "profile", "a measured time is not positive (timer resolution?)")
+    own_attn = bool(((df.phase == "prefill") & (df.ctx > 0)).any())
 
-    def resid(x):  # x: log(1 / mfu), log(1 / mbu), overhead / fastest point
-        return (x[2] * t.min() + np.maximum(c * math.exp(x[0]), m * math.exp(x[1]))) / t - 1.0
+    def resid(x):  # x: log(1 / mfu), log(1 / mbu), overhead / fastest point, log(1 / attn_mfu)
+        ia = math.exp(x[3]) if own_attn else math.exp(x[0])
+        return (x[2] * t.min() + np.maximum(c * math.exp(x[0]) + a * ia, m * math.exp(x[1]))) / t - 1.0
 
-    a0, b0 = np.log(np.min(t / c)), np.log(np.min(t / m))  # 1/mfu, 1/mbu upper bounds: every point >= the terms
+    a0, b0 = np.log(np.min(t / (c + a))), np.log(np.min(t / m))  # upper bounds: every point >= the terms
     best = None
     for frac in (0.0, 0.1, 0.5):  # overhead as a fraction of the fastest point
-        start = np.array([a0 + math.log(1 - frac), b0 + math.log(1 - frac), frac])
-        r = least_squares(resid, start, bounds=([-np.inf, -np.inf, 0.0], [np.inf, np.inf, 1.0]),
+        start = np.array([a0 + math.log(1 - frac), b0 + math.log(1 - frac), frac, a0 + math.log(1 - frac)])
+        r = least_squares(resid, start, bounds=([-np.inf, -np.inf, 0.0, -np.inf], [np.inf, np.inf, 1.0, np.inf]),
                           xtol=1e-12, ftol=1e-12)
         if best is None or r.cost < best.cost:
             best = r
     mfu, mbu, over = math.exp(-best.x[0]), math.exp(-best.x[1]), float(best.x[2]) * t.min()
-    fitted = roofline_time(c, m, mfu, mbu, over)
+    attn_mfu = math.exp(-best.x[3]) if own_attn else mfu
+    fitted = roofline_time(c, m, mfu, mbu, over, a, attn_mfu)
     rel = fitted / t - 1.0
-    return {"mfu": mfu, "mbu": mbu, "pass_overhead_s": over, "fitted_s": fitted, "rel_err": rel,
-            "compute_bound": c / mfu >= m / mbu}
+    return {"mfu": mfu, "attn_mfu": attn_mfu, "mbu": mbu, "pass_overhead_s": over, "fitted_s": fitted,
+            "rel_err": rel, "compute_bound": c / mfu + a / attn_mfu >= m / mbu, "attn_fitted": own_attn}
 
 
 def check_table(s: Settings, cfg: DictConfig, path: Path) -> dict:
@@ -531,13 +595,15 @@ def check_table(s: Settings, cfg: DictConfig, path: Path) -> dict:
 
 def hardware_yaml(hw: HardwareProfile, fit: dict, s: Settings) -> str:
     prof = dataclasses.asdict(hw)
-    prof.update(name=f"{hw.name}_profiled", mfu=float(f"{fit['mfu']:.4g}"), mbu=float(f"{fit['mbu']:.4g}"),
+    prof.update(name=f"{hw.name}_profiled", mfu=float(f"{fit['mfu']:.4g}"), attn_mfu=float(f"{fit['attn_mfu']:.4g}"),
+                mbu=float(f"{fit['mbu']:.4g}"),
                 pass_overhead_s=float(f"{fit['pass_overhead_s']:.4g}"),
-                source=f"{hw.source} | mfu, mbu, pass_overhead_s fitted by pdgym-profile ({s.model.name}, "
-                       f"{s.device} {s.dtype}, shrink {s.shrink}, ep {s.ep})")
+                source=f"{hw.source} | mfu, {'attn_mfu, ' if fit['attn_fitted'] else ''}mbu, pass_overhead_s fitted "
+                       f"by pdgym-profile ({s.model.name}, {s.device} {s.dtype}, shrink {s.shrink}, ep {s.ep}, "
+                       f"attention kernel {s.attn_kernel})")
     head = (f"# pdgym-profile fit for hardware {hw.name} (peaks as configured: flops_bf16 {hw.flops_bf16:.4g} FLOP/s, "
-            f"hbm_bw {hw.hbm_bw:.4g} B/s).\n# Copy to conf/hardware/NAME.yaml, or merge mfu, mbu, pass_overhead_s.\n")
-    out_of_range = [k for k in ("mfu", "mbu") if not 0 < prof[k] <= 1]
+            f"hbm_bw {hw.hbm_bw:.4g} B/s).\n# Copy to conf/hardware/NAME.yaml, or merge mfu, attn_mfu, mbu, pass_overhead_s.\n")
+    out_of_range = [k for k in ("mfu", "attn_mfu", "mbu") if not 0 < prof[k] <= 1]
     if out_of_range:
         head += (f"# WARNING: {', '.join(out_of_range)} outside (0, 1]: the configured peaks are below what was "
                  "measured; fix the peaks before using this profile.\n")
@@ -568,16 +634,27 @@ def main(cfg: DictConfig) -> dict:
         df.to_csv(tmp, index=False)
     with atomic_path(out / "hardware_fit.yaml") as tmp:
         tmp.write_text(hardware_yaml(s.hw, fit, s))
+    n_params = FIT_PARAMS + fit["attn_fitted"]
     if s.plots:
+        from pdgym.agents.experiments.calibration import ctx_figure
         from pdgym.agents.plots import profile_fit
 
-        with atomic_path(out / "profile.png") as tmp:
-            part = "".join(f", {k} {v}" for k, v in (("ep", s.ep), ("shrink", s.shrink)) if v != 1)
-            profile_fit(df, tmp, f"{s.model.name}{part} on {s.device} {s.dtype} (hardware {s.hw.name}): mfu "
-                          f"{fit['mfu']:.3g}, mbu {fit['mbu']:.3g}, overhead {fit['pass_overhead_s'] * 1e3:.3g} ms")
+        part = "".join(f", {k} {v}" for k, v in (("ep", s.ep), ("shrink", s.shrink)) if v != 1)
+        title = (f"{s.model.name}{part} on {s.device} {s.dtype} (hardware {s.hw.name}, attention {s.attn_kernel}): "
+                 f"mfu {fit['mfu']:.3g}, attn_mfu {fit['attn_mfu']:.3g}, mbu {fit['mbu']:.3g}, overhead "
+                 f"{fit['pass_overhead_s'] * 1e3:.3g} ms")
+        with atomic_path(out / "profile.png") as tmp:  # prefill without context here; with it, prefill_ctx.png
+            profile_fit(df[(df.phase == "decode") | (df.ctx == 0)], tmp, title)
+        if len(s.prefill_ctx) > 1:
+            pre = df[df.phase == "prefill"]
+            with atomic_path(out / "prefill_ctx.png") as tmp:
+                ctx_figure(pd.DataFrame({"n": pre.tokens_per_req, "c": pre.ctx, "time_s": pre.time_s,
+                                         "fitted_s": pre.fitted_s}), tmp, title + ": points measured, lines fitted")
     rel = np.abs(fit["rel_err"])
     summary = {
-        "hardware": s.hw.name, "model": s.model.name, "mfu": fit["mfu"], "mbu": fit["mbu"],
+        "hardware": s.hw.name, "model": s.model.name, "mfu": fit["mfu"], "attn_mfu": fit["attn_mfu"],
+        "attn_fitted": fit["attn_fitted"], "attn_kernel": s.attn_kernel, "prefill_ctx": list(s.prefill_ctx),
+        "mbu": fit["mbu"],
         "pass_overhead_s": fit["pass_overhead_s"], "rel_err_rms": float(np.sqrt(np.mean(fit["rel_err"] ** 2))),
         "rel_err_max": float(rel.max()),
         "rel_err_max_by_phase": {ph: float(rel[df.phase == ph].max()) for ph in ("prefill", "decode")},
@@ -587,15 +664,16 @@ def main(cfg: DictConfig) -> dict:
         "timed_layers": s.layers, "ep": s.ep, "shape": dataclasses.asdict(sh), "warmup": s.warmup, "repeats": s.repeats,
         "decode_cuda_graph": bool(df.cuda_graph[df.phase == "decode"].all()),
         "moe_kernel": str(df.moe_kernel.iloc[0]),
-        # three parameters: with fewer than four points (or one phase alone) the fit can be exact and say nothing
-        "determined": bool(len(df) > FIT_PARAMS and df.phase.nunique() == 2),
+        # three parameters (four with attn_mfu): with no more points (or one phase alone) the fit can be exact
+        "determined": bool(len(df) > n_params and df.phase.nunique() == 2),
     }
     with atomic_path(out / "fit.json") as tmp:
         tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"fit: mfu {fit['mfu']:.4g}, mbu {fit['mbu']:.4g}, pass_overhead_s {fit['pass_overhead_s']:.4g} "
+    print(f"fit: mfu {fit['mfu']:.4g}, attn_mfu {fit['attn_mfu']:.4g}{'' if fit['attn_fitted'] else ' (= mfu)'}, "
+          f"mbu {fit['mbu']:.4g}, pass_overhead_s {fit['pass_overhead_s']:.4g} "
           f"(relative error rms {summary['rel_err_rms']:.1%}, max {summary['rel_err_max']:.1%})")
     if not summary["determined"]:
-        print(f"warning: {len(df)} points ({', '.join(sorted(df.phase.unique()))}) for {FIT_PARAMS} parameters: the "
+        print(f"warning: {len(df)} points ({', '.join(sorted(df.phase.unique()))}) for {n_params} parameters: the "
               "fit is underdetermined and its errors say nothing; give more profile.prefill_tokens / decode_batch "
               "points, of both phases")
     print(f"results in {out}")

@@ -101,42 +101,50 @@ def fit_attn_mfu(hw: HardwareProfile, model: ModelProfile, df: pd.DataFrame, min
     return float(minimize_scalar(loss, bounds=(0.01, 1.0), method="bounded", options={"xatol": 1e-5}).x)
 
 
-def cached_prefix_figure(path) -> None:
-    """The H200 cached-prefix grid against the shipped h200 / qwen3_8b roofline: pass time over new tokens n per
-    cached-context length c (left), and over c per n (right); points measured, lines predicted."""
+def ctx_figure(df: pd.DataFrame, path, title: str, before: pd.Series | None = None) -> None:
+    """Prefill passes after cached context, measured (points) against modelled (lines; `before`, dotted): pass time
+    over new tokens n per cached length c (left), and over c per n (right). df: columns n, c, time_s, fitted_s."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    df = load(CACHED_PREFIX)
-    df = df[df.kind == "prefill"].copy()
-    hw, model = load_hardware("h200"), load_model("qwen3_8b")
-    df["pred"] = cached_prefix_predicted_s(hw, model, df.n, df.c)
-    old = pd.Series(cached_prefix_predicted_s(dataclasses.replace(hw, attn_mfu=hw.mfu),
-                                              dataclasses.replace(model, vocab_size=0), df.n, df.c), index=df.index)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     for ax, (x, by, label) in zip(axes, (("n", "c", "cached tokens c"), ("c", "n", "new tokens n"))):
         for i, (key, g) in enumerate(df.groupby(by)):
             g = g.sort_values(x)
             ax.plot(g[x], g.time_s * 1e3, "o", color=f"C{i}", label=f"{label} = {key}: measured")
-            ax.plot(g[x], g.pred * 1e3, "-", color=f"C{i}")
-            ax.plot(g[x], old.loc[g.index] * 1e3, ":", color=f"C{i}", alpha=0.6)
+            ax.plot(g[x], g.fitted_s * 1e3, "-", color=f"C{i}")
+            if before is not None:
+                ax.plot(g[x], before.loc[g.index] * 1e3, ":", color=f"C{i}", alpha=0.6)
         ax.set(xlabel="new tokens n" if x == "n" else "cached tokens c", ylabel="pass time (ms)")
-        ax.set_xscale("log", base=2) if x == "n" else None
+        if x == "n":
+            ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    ratio = df.pred / df.time_s
-    big = ratio[df.n >= 1024]
-    fig.suptitle(f"Qwen3-8B prefill after a cached prefix, one H200 (PyTorch SDPA flash kernel): points measured, lines "
-                 f"the h200 roofline (attn_mfu {hw.attn_mfu}, decoder params),\ndotted the roofline before (attention at "
-                 f"mfu, every param per token); predicted / measured at n >= 1024: {big.min():.2f}-{big.max():.2f} "
-                 f"(before {(old / df.time_s)[df.n >= 1024].min():.2f}-{(old / df.time_s)[df.n >= 1024].max():.2f})",
-                 fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def cached_prefix_figure(path) -> None:
+    """The H200 cached-prefix grid against the shipped h200 / qwen3_8b roofline (and the roofline before issue 35:
+    attention at mfu, every parameter per token)."""
+    df = load(CACHED_PREFIX)
+    df = df[df.kind == "prefill"].copy()
+    hw, model = load_hardware("h200"), load_model("qwen3_8b")
+    df["fitted_s"] = cached_prefix_predicted_s(hw, model, df.n, df.c)
+    old = pd.Series(cached_prefix_predicted_s(dataclasses.replace(hw, attn_mfu=hw.mfu),
+                                              dataclasses.replace(model, vocab_size=0), df.n, df.c), index=df.index)
+    big = df.n >= 1024
+    ratio, was = df.fitted_s / df.time_s, old / df.time_s
+    ctx_figure(df, path, f"Qwen3-8B prefill after a cached prefix, one H200 (PyTorch SDPA flash kernel): points measured, "
+                         f"lines the h200 roofline (attn_mfu {hw.attn_mfu}, decoder params),\ndotted the roofline before "
+                         f"(attention at mfu, every param per token); predicted / measured at n >= 1024: "
+                         f"{ratio[big].min():.2f}-{ratio[big].max():.2f} (before {was[big].min():.2f}-{was[big].max():.2f})",
+               before=old)
 
 
 def slice_figure(path) -> None:
