@@ -25,6 +25,7 @@ from pdgym.baselines.registry import make_policy, registered
 from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.metrics import PREFIX_KEYS
+from pdgym.envs.sim.slo import PER_CLASS, SLO_KEYS
 
 GOLDEN = Path(__file__).parent / "golden" / "digests.json"
 ENGINES = ["python"] + (["numba"] if importlib.util.find_spec("numba") else [])  # compiled: when numba is installed
@@ -106,10 +107,17 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict, engine: str = "p
     # the prefix-cache metrics came after the other digests: a digest of their own where a run has a cache
     prefix = {k: metrics.pop(k) for k in PREFIX_KEYS}
     extra = {} if not any(prefix.values()) else {"prefix": _digest(json.dumps(_rounded(prefix), sort_keys=True))}
+    # the SLO tiers and predictions came after too (envs/sim/slo.py): their metrics and request columns a digest
+    # of their own where a run has classes or a predictor
+    slo = {k: metrics.pop(k) for k in list(metrics) if k in SLO_KEYS or k.startswith(tuple(f"{p}_" for p in PER_CLASS))}
+    slo_cols = [c for c in ("class", "predicted_output") if c in res.requests]
+    if cfg.workload.classes or cfg.workload.predictor.kind != "none":
+        slo["columns"] = _digest(res.requests[slo_cols].to_csv(index=False))
+        extra["slo"] = _digest(json.dumps(_rounded(slo), sort_keys=True, default=str))
     conservation(res.requests, cfg.workload.num_requests, metrics)
     return {
         "metrics": _digest(json.dumps(_rounded(metrics), sort_keys=True, default=str)),
-        "requests": _digest(res.requests.to_csv(index=False, float_format=FLOAT)),
+        "requests": _digest(res.requests.drop(columns=slo_cols).to_csv(index=False, float_format=FLOAT)),
         "steps": _digest(res.step_table().to_csv(index=False, float_format=FLOAT)),
         "finished": metrics["finished"],
         "rejected": metrics["rejected"],

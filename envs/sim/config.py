@@ -12,8 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .classes import SLOClass, validate_classes
 from .cluster_config import ClusterConfig, InstanceConfig  # noqa: F401  (InstanceConfig: also imported from here)
 from .compiled import check_engine
+from .prediction import PredictorConfig
 from .validation import ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
 
 
@@ -120,6 +122,9 @@ class WorkloadConfig:
     prefix_zipf: float = 0.0  # > 0: prefix keys Zipf-distributed with this exponent (0: uniform)
     chat: ChatConfig = field(default_factory=ChatConfig)  # synthetic multi-turn prefix blocks (sessions > 0)
     phases: list[WorkloadPhase] | None = None  # concatenated segments (distribution shift)
+    classes: list[SLOClass] | None = None  # SLO tiers (classes.py); null: one class with the scenario's slo
+    class_by: str = "share"  # how requests get a class: share | prompt | trace (classes.py)
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)  # output-length predictions (prediction.py)
 
     TRACE_ARRIVALS = ("redraw", "recorded", "process")
 
@@ -157,6 +162,12 @@ class WorkloadConfig:
         self.prompt.validate(f"{key}.prompt")
         self.output.validate(f"{key}.output")
         self.chat.validate(f"{key}.chat")
+        validate_classes(self.classes, self.class_by, key)
+        self.predictor.validate(f"{key}.predictor")
+        if self.classes and self.class_by == "trace":
+            check(self.trace is None and not self.phases and self.chat.sessions == 0, f"{key}.class_by",
+                  "class_by=trace merges the classes' own traces; it cannot be combined with workload.trace, "
+                  "phases or chat")
         if self.chat.sessions > 0:
             check(self.prefix_groups == 0, f"{key}.chat.sessions",
                   "cannot be combined with workload.prefix_groups (two prefix models); set one of them")
@@ -290,7 +301,7 @@ def _build(cls, data: Any, key: str):
             raise ConfigError(f"{sub_key}: got null; must be a mapping (keys: "
                               f"{', '.join(g.name for g in dataclasses.fields(sub))})")
         if sub is not None and v is not None:
-            if k == "phases":
+            if k in _LISTS:
                 v = [_build(sub, p, f"{sub_key}[{i}]") for i, p in enumerate(v)]
             else:
                 v = _build(sub, v, sub_key)
@@ -333,9 +344,14 @@ _NESTED = {
     (WorkloadConfig, "output"): LengthConfig,
     (WorkloadConfig, "phases"): WorkloadPhase,
     (WorkloadConfig, "chat"): ChatConfig,
+    (WorkloadConfig, "classes"): SLOClass,
+    (WorkloadConfig, "predictor"): PredictorConfig,
     (WorkloadPhase, "prompt"): LengthConfig,
     (WorkloadPhase, "output"): LengthConfig,
 }
+
+
+_LISTS = ("phases", "classes")  # nested sections that are lists of their class
 
 
 def _check_nested(obj: Any, key: str) -> None:
@@ -344,10 +360,10 @@ def _check_nested(obj: Any, key: str) -> None:
         sub, v, k = _NESTED.get((type(obj), f.name)), getattr(obj, f.name), f"{key}.{f.name}" if key else f.name
         if sub is None or (v is None and "None" in str(f.type)):
             continue
-        if f.name == "phases":
-            check(isinstance(v, list), k, f"got {v!r}; must be a list of phases")
-        for i, item in enumerate(v if f.name == "phases" else [v]):
-            at = f"{k}[{i}]" if f.name == "phases" else k
+        if f.name in _LISTS:
+            check(isinstance(v, list), k, f"got {v!r}; must be a list of {f.name}")
+        for i, item in enumerate(v if f.name in _LISTS else [v]):
+            at = f"{k}[{i}]" if f.name in _LISTS else k
             check(isinstance(item, sub), at, f"got {item!r}; must be a {sub.__name__} (or a mapping of its keys)")
             _check_nested(item, at)
 

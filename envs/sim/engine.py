@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import requests as R
+from .classes import class_table
 from .colocated import ColocatedInstance
 from .config import ConfigError, SimConfig, check, check_seed, sim_config
 from .cost import build_cost_model, kv_capacity_tokens, kv_transfer_fn
@@ -47,7 +48,6 @@ def _spread(fn):
     return lambda p: fn(*p)
 
 
-
 class Simulator:
     """A P/D disaggregated or colocated cluster under one traffic sample.
 
@@ -63,15 +63,16 @@ class Simulator:
         # numpy integers too (seeds drawn from arrays); 1.5, "3", None or -1 fail in one line, not inside numpy
         self.seed = check_seed(int(seed) if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) else seed)
         root = np.random.default_rng(self.seed)
-        wl_rng, self.fault_rng, self.rng = root.spawn(3)
+        wl_rng, self.fault_rng, self.rng, labels_rng = root.spawn(4)  # the first three as spawn(3) made them
         self.hw = load_hardware(cfg.hardware)
         self.model = load_model(cfg.model)
         cl = cfg.cluster
         self.topology = cl.topology
         self.disaggregated = cl.topology == "disaggregated"
 
-        wl = make_workload(cfg.workload, wl_rng)
-        self.req = RequestTable(wl.prompt, wl.output, wl.prefix_key, wl.prefix_len)
+        wl = make_workload(cfg.workload, wl_rng, labels_rng)
+        self.req = RequestTable(wl.prompt, wl.output, wl.prefix_key, wl.prefix_len, wl.cls, wl.predicted)
+        self.classes = class_table(cfg.workload.classes, cfg.slo.ttft_s, cfg.slo.tpot_s)
         self.block_tokens = wl.block_tokens
         if wl.block_ids is not None:
             self.req.block_ids, self.req.block_off = wl.block_ids, wl.block_off

@@ -20,6 +20,9 @@ Definitions (every table and leaderboard uses these names):
   request order, would have served them (per request max(0, ideal hit - hit), summed): the
   redundant prefill a cache-aware router or a larger cache could remove.
 - cache_evictions: blocks evicted from the prefill units' HBM prefix caches.
+- slo_attainment and the other SLO keys (per class, weighted, preemptions, early rejections, the predictor's
+  Kendall tau): slo.py. A request meets the SLO of its own class (requests.csv `class`); with one class, the
+  scenario's `slo`. requests.csv also holds `predicted_output` when the workload has a predictor.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from . import requests as R
 from .events import PassKind
 from .prefix_cache import sequential_hit_tokens
 from .safe_files import atomic_path  # noqa: F401 -- the one atomic writer, used here and by the apps
+from .slo import SLO_KEYS, attainment, slo_metrics
 from .validation import ConfigError, check_choice
 
 PREFIX_KEYS = ("prefix_hit_ratio", "recomputed_tokens", "cache_evictions")  # prefix-cache metrics
@@ -44,7 +48,7 @@ SUMMARY_KEYS = (
     "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
     "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
     "sched_queue_s", "device_queue_s", "finished", "rejected", "sim_time_s", "wall_time_s",
-) + PREFIX_KEYS
+) + PREFIX_KEYS + SLO_KEYS
 
 
 def _mean(x: np.ndarray) -> float:
@@ -81,7 +85,8 @@ class SimResult:
         self.dropped_signals = sim.dropped_signals
         self.wall_time_s = sim.wall_time_s
         self.slo = sim.cfg.slo
-        self.requests = self._request_table(sim.req, share=sim.finished_run)
+        self.classes = sim.classes  # the run's SLO classes (classes.py); requests' `class` names them
+        self.requests = self._request_table(sim.req, share=sim.finished_run, names=sim.classes.names)
         self.steps = sim.steps.frame()
         self.cache = self._cache_counts(sim)
         self._summary: dict | None = None
@@ -99,7 +104,7 @@ class SimResult:
         return out
 
     @staticmethod
-    def _request_table(req: R.RequestTable, share: bool = False) -> pd.DataFrame:
+    def _request_table(req: R.RequestTable, share: bool = False, names: tuple[str, ...] = ("default",)) -> pd.DataFrame:
         """One row per request. `share`: a finished run's arrays are final, so the table's plain columns
         are views of them rather than copies (at 1M requests ~110 MB not held twice); a table taken
         mid-run copies, so it stays what it was when taken."""
@@ -113,7 +118,8 @@ class SimResult:
         tpot[~multi] = np.nan
         e2e = req.finish - req.arrival
         e2e[~finished] = np.nan
-        return pd.DataFrame({
+        extra = {} if req.predicted is None else {"predicted_output": req.predicted}
+        frame = pd.DataFrame({
             "id": np.arange(req.n),
             "arrival": req.arrival,
             "prompt": req.prompt,
@@ -135,7 +141,11 @@ class SimResult:
             "worker": req.worker,
             "cached": req.cached,
             "preemptions": req.preemptions,
+            **extra,
         }, copy=not share)
+        # the class as a categorical: one byte a request (its codes), written as the class names
+        frame.insert(1, "class", pd.Categorical.from_codes(req.cls.astype(np.int8, copy=not share), categories=names))
+        return frame
 
     def summary(self) -> dict:
         """The DESIGN section 5 metrics, exactly those keys, as plain floats / ints (NaN if undefined)."""
@@ -156,7 +166,13 @@ class SimResult:
         span = max(resolved_end - start, 1e-12)
         ttft = fin("ttft")
         tpot_all = fin("tpot")
-        good = (ttft <= self.slo.ttft_s) & (np.isnan(tpot_all) | (tpot_all <= self.slo.tpot_s))
+        t = self.classes
+        if t.single:
+            good = (ttft <= t.ttft_s[0]) & (np.isnan(tpot_all) | (tpot_all <= t.tpot_s[0]))
+        else:
+            codes = r["class"].cat.codes.to_numpy()
+            good = np.logical_and(*attainment(np.ones(n_fin, dtype=bool), ttft, tpot_all,
+                                              codes if n_fin == len(codes) else codes[is_fin], t))
         tpot = tpot_all[~np.isnan(tpot_all)]  # a copy: the mean first, then p95 may reorder it in place
         tpot_mean = _mean(tpot)
         tpot_p95 = float(np.percentile(tpot, 95, overwrite_input=True)) if len(tpot) else math.nan
@@ -190,6 +206,9 @@ class SimResult:
             "wall_time_s": float(self.wall_time_s),
             "prefix_hit_ratio": float(r.cached.sum()) / max(float(r.prompt.sum()), 1.0),
             **self.cache,
+            **slo_metrics(is_fin, r.ttft.to_numpy(), r.tpot.to_numpy(), r["class"].cat.codes.to_numpy(), t,
+                          r.preemptions.to_numpy(), (r.reason == "slo").to_numpy(),
+                          r.predicted_output.to_numpy() if "predicted_output" in r else None, r.output.to_numpy()),
         }
         self._summary = out
         return dict(out)

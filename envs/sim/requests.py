@@ -19,7 +19,8 @@ STATE_NAMES = ("new", "buffered", "dispatched", "prefill", "transfer", "pool", "
                "finished", "rejected")
 
 # Why a request was rejected (`reason`); 0 = not rejected.
-REASONS = ("", "flow_control", "kv_exhausted", "stalled", "horizon", "policy")
+# slo: rejected by admission control because it could not meet its SLO (Conductor-style early rejection)
+REASONS = ("", "flow_control", "kv_exhausted", "stalled", "horizon", "policy", "slo")
 
 
 def reason_code(name: str) -> int:
@@ -34,11 +35,14 @@ class RequestTable:
     """All requests of a run. Times are seconds of simulated time, NaN until they happen."""
 
     def __init__(self, prompt: np.ndarray, output: np.ndarray, prefix_key: np.ndarray,
-                 prefix_len: np.ndarray):
+                 prefix_len: np.ndarray, cls: np.ndarray | None = None, predicted: np.ndarray | None = None):
         n = len(prompt)
         self.n = n
         self.prompt = np.asarray(prompt, dtype=np.int64)
         self.output = np.asarray(output, dtype=np.int64)  # hidden from policies unless cfg.oracle
+        self.cls = np.zeros(n, dtype=np.int8) if cls is None else np.asarray(cls, dtype=np.int8)  # class code
+        # predicted output length at arrival (prediction.py); None without a predictor
+        self.predicted = None if predicted is None else np.asarray(predicted, dtype=np.int64)
         self.prefix_key = np.asarray(prefix_key, dtype=np.int64)
         self.prefix_len = np.asarray(prefix_len, dtype=np.int64)
         nan = np.full(n, np.nan)

@@ -27,6 +27,7 @@ import numpy as np
 from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, SeqView, read_only
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .classes import ClassTable
     from .config import SimConfig
     from .requests import RequestTable
 
@@ -34,14 +35,16 @@ if TYPE_CHECKING:  # pragma: no cover
 VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill_start", "first_token",
            "decode_admit", "finish", "last_tok", "buf_t", "dev_arrive", "itl_max", "state", "reason", "done", "work",
            "cached", "prefill_inst", "prefill_dp", "decode_inst", "worker", "admit_step", "done_at_admit",
-           "finish_step", "preemptions", "sched_wait", "device_wait")
+           "finish_step", "preemptions", "sched_wait", "device_wait", "cls")
 
 
 # Engine attributes a view hands out as they are: immutable values, bound query and action methods.
 SHARED = ("disaggregated", "rng", "healthy_prefill", "prefix_hit", "fill_prefill", "dispatch", "reject", "set_timer",
-          "admit", "pause", "block_tokens")
+          "admit", "pause", "block_tokens", "classes")
 # Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
 BLOCKS = ("block_ids", "block_off")
+# Optional arrays: None when the run has none. predicted: the output length predicted at arrival (prediction.py).
+OPTIONAL = BLOCKS + ("predicted",)
 
 
 class OracleError(RuntimeError):
@@ -51,12 +54,12 @@ class OracleError(RuntimeError):
 class RequestView(Frozen):
     """The request table as a policy sees it: read-only arrays that follow the run."""
 
-    __slots__ = ("n", "_output", *VISIBLE, *BLOCKS)
+    __slots__ = ("n", "_output", *VISIBLE, *OPTIONAL)
 
     def __init__(self, table: RequestTable, oracle: bool):
         self._set(n=table.n, _output=read_only(table.output) if oracle else None,
                   **{name: read_only(getattr(table, name)) for name in VISIBLE})
-        for name in BLOCKS:
+        for name in OPTIONAL:
             a = getattr(table, name)
             self._set(**{name: None if a is None else read_only(a)})
 
@@ -89,6 +92,7 @@ class SimView(Protocol):
     rng: np.random.Generator  # the policies' random generator
     tokens_out: int
     block_tokens: int  # tokens per prefix block of req.block_ids (0: the workload has no block hashes)
+    classes: ClassTable  # the run's SLO classes (classes.py): req.cls indexes names, ttft_s, tpot_s, weight
 
     def healthy_prefill(self) -> tuple[int, ...]: ...
 

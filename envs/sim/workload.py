@@ -78,6 +78,11 @@ content and everything before it is: complete system-prompt blocks across every 
 system prompt, complete blocks of a conversation across its turns; a prompt's last, partial block is
 its own.
 
+Classes and predictions (`workload.classes`, `workload.predictor`; classes.py and prediction.py are the
+reference): every request gets a class code `cls` and, with a predictor, a predicted output length, both drawn
+from `labels_rng`, a generator apart from the traffic's, so one class and no predictor leave every array above
+as it was. class_by=trace merges the classes' traces on their timestamps (`_merged_traces`).
+
 Phases (`workload.phases` non-empty): the workload is the concatenation of the phases, each with its
 own `num_requests` and prompt / output lengths; `workload.num_requests` is ignored (the total is the
 sum). Open loop: a phase's `rate` (default: `workload.rate`) drives the configured arrival process,
@@ -92,13 +97,15 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from pdgym.envs.sim.arrivals import ARRIVALS, LOOP_MODES, redraw, steps_schedule
+from pdgym.envs.sim.arrivals import arrivals as draw_arrivals
+from pdgym.envs.sim.classes import assign_classes
 from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
 from pdgym.envs.sim.notices import PdgymWarning
-from pdgym.envs.sim.registry import Registry
+from pdgym.envs.sim.prediction import predict_lengths
 from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, read_trace
 from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_positive
 
@@ -123,6 +130,8 @@ class Workload:
     block_ids: np.ndarray | None = None  # int64 flat prefix-block hashes (None: no block data)
     block_off: np.ndarray | None = None  # int64 [n + 1] offsets into block_ids
     block_tokens: int = 0  # tokens per block (0: no block data)
+    cls: np.ndarray | None = None  # int8 [n] class code (classes.py); None: every request class 0
+    predicted: np.ndarray | None = None  # int64 [n] predicted output length (prediction.py); None: no predictor
 
     def __post_init__(self) -> None:
         self.prompt = np.asarray(self.prompt, dtype=np.int64)
@@ -189,110 +198,6 @@ def _empirical_pool(cfg: LengthConfig, key: str) -> np.ndarray:
     return (tr.prompt if COLUMN_ALIASES[col] == "prompt" else tr.output).astype(np.float64)
 
 
-# --------------------------------------------------------------------------- arrivals
-def _steps_schedule(cfg: WorkloadConfig, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Breakpoints T (starting at 0) and rates R of the piecewise-constant `steps` rate."""
-    steps = cfg.steps
-    check(isinstance(steps, (list, tuple)) and len(steps) > 0, f"{key}.steps",
-          "arrival=steps needs [[t_start_s, rate], ...]")
-    ts, rs = [], []
-    for i, st in enumerate(steps):
-        ok = isinstance(st, (list, tuple)) and len(st) == 2
-        try:
-            t, r = (float(st[0]), float(st[1])) if ok else (math.nan, math.nan)
-        except (TypeError, ValueError):
-            t, r = math.nan, math.nan
-        check(math.isfinite(t) and math.isfinite(r) and t >= 0 and r >= 0, f"{key}.steps[{i}]",
-              f"got {st!r}; need [t_start_s >= 0, rate >= 0]")
-        check(not ts or t > ts[-1], f"{key}.steps[{i}]",
-              f"t_start {t} must be > the previous one ({ts[-1] if ts else 0}); steps are sorted by time")
-        ts.append(t)
-        rs.append(r)
-    check(rs[-1] > 0, f"{key}.steps[{len(rs) - 1}]", "the last rate must be > 0 (it holds forever)")
-    if ts[0] > 0:
-        base = float(cfg.rate) if cfg.rate is not None else 0.0
-        ts.insert(0, 0.0)
-        rs.insert(0, base)
-    return np.asarray(ts), np.asarray(rs)
-
-
-ARRIVALS: Registry[Callable[..., np.ndarray]] = Registry("workload.arrival")
-"""Open-loop arrival processes: fn(n, rate, t0, cfg, rng) -> n absolute times after t0 (`rate` checked > 0)."""
-LOOP_MODES = ("closed", "trace")  # the other values of workload.arrival, handled by make_workload itself
-
-
-@ARRIVALS.register("poisson")
-def _arrivals_poisson(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    return t0 + np.cumsum(rng.exponential(1.0 / rate, size=n))
-
-
-@ARRIVALS.register("deterministic")
-def _arrivals_deterministic(n: int, rate: float, t0: float, cfg: WorkloadConfig,
-                            rng: np.random.Generator) -> np.ndarray:
-    return t0 + np.arange(1, n + 1, dtype=np.float64) / rate
-
-
-@ARRIVALS.register("gamma")
-def _arrivals_gamma(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    cv2 = float(cfg.cv) ** 2
-    return t0 + np.cumsum(rng.gamma(1.0 / cv2, cv2 / rate, size=n))
-
-
-@ARRIVALS.register("steps")
-def _arrivals_steps(n: int, rate: float | None, t0: float, cfg: WorkloadConfig,
-                    rng: np.random.Generator) -> np.ndarray:
-    T, R = _steps_schedule(cfg, "workload")
-    L = np.concatenate([[0.0], np.cumsum(R[:-1] * np.diff(T))])  # cumulative intensity at T
-    k0 = int(np.searchsorted(T, t0, side="right") - 1)
-    s = L[k0] + R[k0] * (t0 - T[k0]) + np.cumsum(rng.exponential(1.0, size=n))
-    k = np.searchsorted(L, s, side="right") - 1  # zero-rate segments are skipped (equal L)
-    return T[k] + (s - L[k]) / R[k]
-
-
-@ARRIVALS.register("onoff")
-def _arrivals_onoff(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    on_s, off_s = float(cfg.on_s), float(cfg.off_s)
-    r_on = rate * (on_s + off_s) / on_s
-    u = np.cumsum(rng.exponential(1.0 / r_on, size=n))  # times on the "on" clock
-    m = int(u[-1] / on_s * 1.25) + 16
-    on = rng.exponential(on_s, size=m)
-    off = rng.exponential(off_s, size=m)
-    while on.sum() <= u[-1]:
-        on = np.concatenate([on, rng.exponential(on_s, size=m)])
-        off = np.concatenate([off, rng.exponential(off_s, size=m)])
-    k = np.searchsorted(np.cumsum(on), u, side="right")  # on-period holding u
-    off_before = np.concatenate([[0.0], np.cumsum(off)])[k]
-    return t0 + u + off_before
-
-
-@ARRIVALS.register("diurnal")
-def _arrivals_diurnal(n: int, rate: float, t0: float, cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    check_positive(cfg.period_s, "workload.period_s")
-    amp, period = float(cfg.amplitude), float(cfg.period_s)
-    lam_max = rate * (1.0 + amp)
-    out, need, t = [], n, t0
-    while need > 0:
-        m = int(need * (1.0 + amp) * 1.1) + 32
-        cand = t + np.cumsum(rng.exponential(1.0 / lam_max, size=m))
-        keep = rng.random(m) * (1.0 + amp) < 1.0 + amp * np.sin(2.0 * np.pi * cand / period)
-        sel = cand[keep][:need]
-        out.append(sel)
-        need -= sel.shape[0]
-        t = float(cand[-1])
-    return np.concatenate(out)
-
-
-def _arrivals(kind: str, n: int, rate: float | None, t0: float, cfg: WorkloadConfig, rate_key: str,
-              rng: np.random.Generator) -> np.ndarray:
-    """`n` absolute arrival times of the open-loop process `kind`, continuing after time `t0`."""
-    process = ARRIVALS[kind]
-    if kind != "steps":  # the steps schedule sets its own rates
-        check(rate is not None, rate_key, f"arrival={kind} needs rate > 0 (rate: null only replays a trace's times)")
-        check_positive(rate, rate_key)
-        rate = float(rate)
-    return process(n, rate, t0, cfg, rng)
-
-
 # --------------------------------------------------------------------------- prefixes
 def _prefixes(cfg: WorkloadConfig, prompt: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     n = prompt.shape[0]
@@ -349,11 +254,28 @@ def _chat_blocks(cfg: WorkloadConfig, new: np.ndarray, output: np.ndarray,
 
 
 # --------------------------------------------------------------------------- workload
-def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
-    """Build the requests of one run from `cfg`, drawing every random number from `rng`."""
+LABELS_SEED = 0x51C1A55  # classes and predictions of a workload built without the engine's generator for them
+
+
+def make_workload(cfg: WorkloadConfig, rng: np.random.Generator,
+                  labels_rng: np.random.Generator | None = None) -> Workload:
+    """Build the requests of one run from `cfg`, drawing the traffic from `rng` and the requests' classes and
+    length predictions from `labels_rng` (spawned apart, so neither changes the traffic; None: a fixed seed)."""
     rng = np.random.default_rng(rng)  # a Generator passes through unchanged
     check_choice(cfg.arrival, "workload.arrival", ARRIVALS.names() + LOOP_MODES)
     cfg.validate("workload")
+    if cfg.classes and cfg.class_by == "trace":
+        wl, cls = _merged_traces(cfg, rng)
+    else:
+        wl, cls = _traffic(cfg, rng), None
+    class_rng, pred_rng = np.random.default_rng(LABELS_SEED if labels_rng is None else labels_rng).spawn(2)
+    wl.cls = cls if cls is not None else assign_classes(cfg.classes, cfg.class_by, wl.prompt, class_rng)
+    wl.predicted = predict_lengths(cfg.predictor, wl.output, pred_rng)
+    return wl
+
+
+def _traffic(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
+    """The arrivals and lengths of `cfg` (everything but the classes and predictions)."""
     if cfg.arrival == "trace":
         check(cfg.trace is not None, "workload.trace",
               "arrival=trace needs a trace: a CSV path or a shipped name: " + ", ".join(SHIPPED_TRACES))
@@ -366,7 +288,7 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     closed = cfg.arrival == "closed"
     phases = list(cfg.phases or [])
     if cfg.arrival == "steps":
-        _steps_schedule(cfg, "workload")  # a bad schedule fails before any sampling
+        steps_schedule(cfg, "workload")  # a bad schedule fails before any sampling
     if phases:
         segs = []
         for i, ph in enumerate(phases):
@@ -393,7 +315,7 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
             concs.append(np.full(n, conc, dtype=np.int64))
         else:
             rate_key = f"{pk}.rate" if pk != "workload" and rate is not None else "workload.rate"
-            a = _arrivals(cfg.arrival, n, rate, t0, cfg, rate_key, rng)
+            a = draw_arrivals(cfg.arrival, n, rate, t0, cfg, rate_key, rng)
             arrivals.append(a)
             t0 = float(a[-1])
     prompt = np.concatenate(prompts)
@@ -410,6 +332,29 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
                     prefix_key=key, prefix_len=plen,
                     concurrency=np.concatenate(concs) if closed else None,
                     think_s=float(cfg.think_s) if closed else 0.0, **blocks)
+
+
+def _merged_traces(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[Workload, np.ndarray]:
+    """class_by=trace: each class's trace at its native speed (its first `num_requests` rows from
+    `trace_offset`), merged on the timestamps, the first `num_requests` of the merge kept, each labelled by the
+    class whose trace it came from; then rescaled to `rate` / `time_scale` as one trace replay would be."""
+    parts = [_trace_workload(replace(cfg, trace=c.trace, rate=None, time_scale=None, classes=None), rng)
+             for c in cfg.classes]
+    for c, w in zip(cfg.classes, parts):
+        check(w.arrival is not None, f"workload.classes[{cfg.classes.index(c)}].trace",
+              f"{c.trace!r} has no arrival times to merge on; class_by=trace needs traces with times")
+    arrival = np.concatenate([w.arrival for w in parts])
+    order = np.argsort(arrival, kind="stable")[:int(cfg.num_requests)]
+    cls = np.concatenate([np.full(w.n, i, dtype=np.int8) for i, w in enumerate(parts)])[order]
+    arrival = arrival[order] - arrival[order[0]]
+    n = order.shape[0]
+    if cfg.time_scale is not None:
+        arrival = arrival * float(cfg.time_scale)
+    elif cfg.rate is not None and n >= 2 and arrival[-1] > 0:
+        arrival = arrival * (((n - 1) / float(arrival[-1])) / float(cfg.rate))
+    cat = {f: np.concatenate([getattr(w, f) for w in parts])[order] for f in ("prompt", "output", "prefix_key",
+                                                                          "prefix_len")}
+    return Workload(arrival=arrival, concurrency=None, **cat), cls
 
 
 def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
@@ -431,7 +376,7 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     if not closed and tr.times is not None and cfg.trace_arrivals != "process":
         recorded = tr.times[off:off + n] - tr.times[off]
         span = float(recorded[-1])
-        arrival = recorded if cfg.trace_arrivals == "recorded" else _redraw(recorded, int(cfg.trace_rate_rows), rng)
+        arrival = recorded if cfg.trace_arrivals == "recorded" else redraw(recorded, int(cfg.trace_rate_rows), rng)
         if cfg.time_scale is not None:
             arrival = arrival * float(cfg.time_scale)
         elif cfg.rate is not None and n >= 2 and span > 0:
@@ -451,7 +396,7 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
         elif cfg.time_scale is not None:
             warnings.warn(f"workload.time_scale: unused with arrival={kind} (it only scales a trace's own times)",
                           WorkloadWarning, stacklevel=3)
-        arrival = _arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng)
+        arrival = draw_arrivals(kind, n, cfg.rate, 0.0, cfg, "workload.rate", rng)
     key, plen = _prefixes(cfg, prompt, rng)
     blocks = {}
     if tr.block_ids is not None:
@@ -461,19 +406,3 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
     return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
                     concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,
                     think_s=float(cfg.think_s) if closed else 0.0, **blocks)
-
-
-def _redraw(recorded: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Poisson arrivals on the rate curve of `recorded` (piecewise constant over every k rows; docstring)."""
-    n = recorded.shape[0]
-    if n < 2 or recorded[-1] <= 0:
-        return recorded.copy()
-    idx = np.arange(0, n, k)
-    if idx[-1] != n - 1:
-        idx = np.append(idx, n - 1)
-    knots_t, knots_count = recorded[idx], idx.astype(np.float64)
-    s = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0, size=n - 1))])
-    out = np.interp(s, knots_count, knots_t)
-    beyond = s > knots_count[-1]
-    out[beyond] = knots_t[-1] + (s[beyond] - knots_count[-1]) * (knots_t[-1] / knots_count[-1])
-    return out

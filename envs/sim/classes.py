@@ -1,0 +1,131 @@
+"""Request classes (tenants / SLO tiers): each request of a run belongs to one class with its own TTFT and TPOT
+SLO and a weight (ALGORITHMS.md section 9; docs/concepts.md, "SLO tiers").
+
+`workload.classes: [{name, share, ttft_s, tpot_s, weight, max_prompt, trace}]` lists the tiers, and
+`workload.class_by` says how requests are assigned to them:
+
+    share   at random by `share` (the shares sum to 1), drawn from a generator of its own, spawned apart from
+            the traffic's, so adding classes changes no arrival or length;
+    prompt  a length rule: a request goes to the first class whose `max_prompt` is >= its prompt (the last
+            class, with no `max_prompt`, takes the rest);
+    trace   a real label: every class names a trace (`trace: azure_conv`) and the workload is the merge of those
+            traces on their own timestamps (workload.py), each row labelled by the trace it came from.
+
+Without `workload.classes` a run has one class, `default`, whose SLO is the scenario's `slo` (weight 1): every
+request carries class 0 and nothing is drawn, so every result is what it was before classes existed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .validation import check, is_num
+
+__all__ = ["CLASS_BY", "ClassTable", "SLOClass", "assign_classes", "class_table"]
+
+CLASS_BY = ("share", "prompt", "trace")
+DEFAULT_CLASS = "default"
+
+
+@dataclass
+class SLOClass:
+    """One tier: its SLOs (null: the scenario's `slo`), weight, and what assigns requests to it."""
+
+    name: str = DEFAULT_CLASS
+    share: float | None = None  # class_by=share: fraction of requests
+    ttft_s: float | None = None  # TTFT SLO (null: slo.ttft_s)
+    tpot_s: float | None = None  # TPOT SLO (null: slo.tpot_s)
+    weight: float = 1.0  # weight in the weighted attainment
+    max_prompt: int | None = None  # class_by=prompt: longest prompt of the class (null on the last: the rest)
+    trace: str | None = None  # class_by=trace: the trace whose rows are this class
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """The classes of one run as parallel tuples, index = class code (requests' `cls`)."""
+
+    names: tuple[str, ...]
+    ttft_s: np.ndarray  # float64 [K]
+    tpot_s: np.ndarray  # float64 [K]
+    weight: np.ndarray  # float64 [K]
+
+    @property
+    def k(self) -> int:
+        return len(self.names)
+
+    @property
+    def single(self) -> bool:
+        return self.k == 1
+
+
+def _finite_positive(v, key: str, allow_zero: bool = False) -> float:
+    ok = is_num(v) and math.isfinite(float(v)) and (float(v) >= 0 if allow_zero else float(v) > 0)
+    check(ok, key, f"got {v!r}; must be a finite number {'>= 0' if allow_zero else '> 0'}")
+    return float(v)
+
+
+def validate_classes(classes: list[SLOClass] | None, class_by: str, key: str = "workload") -> None:
+    """Every rule of the issue's "Bad input" list for tiers: one line naming the key."""
+    check(class_by in CLASS_BY, f"{key}.class_by", f"got {class_by!r}; allowed: {', '.join(CLASS_BY)}")
+    if not classes:
+        return
+    check(isinstance(classes, list), f"{key}.classes", f"got {classes!r}; must be a list of classes")
+    seen: set[str] = set()
+    for i, c in enumerate(classes):
+        k = f"{key}.classes[{i}]"
+        check(isinstance(c.name, str) and c.name != "", f"{k}.name", f"got {c.name!r}; must be a non-empty string")
+        check(c.name not in seen, f"{k}.name", f"duplicate class name {c.name!r}; class names must be distinct")
+        seen.add(c.name)
+        for f in ("ttft_s", "tpot_s"):
+            if getattr(c, f) is not None:
+                _finite_positive(getattr(c, f), f"{k}.{f}")
+        _finite_positive(c.weight, f"{k}.weight", allow_zero=True)
+        if class_by == "share":
+            check(c.share is not None, f"{k}.share", "class_by=share needs a share per class")
+            _finite_positive(c.share, f"{k}.share", allow_zero=True)
+        if class_by == "prompt" and i < len(classes) - 1:
+            check(isinstance(c.max_prompt, int) and c.max_prompt >= 1, f"{k}.max_prompt",
+                  f"got {c.max_prompt!r}; class_by=prompt needs max_prompt >= 1 on every class but the last")
+        if class_by == "trace":
+            check(isinstance(c.trace, str) and c.trace != "", f"{k}.trace",
+                  "class_by=trace needs a trace (a shipped name or a CSV path) per class")
+    if class_by == "share":
+        total = sum(float(c.share) for c in classes)
+        check(abs(total - 1.0) <= 1e-9, f"{key}.classes", f"shares sum to {total:g}; they must sum to 1")
+    if class_by == "prompt":
+        bounds = [c.max_prompt for c in classes[:-1]]
+        check(bounds == sorted(bounds) and len(set(bounds)) == len(bounds), f"{key}.classes",
+              f"max_prompt {bounds} must increase from class to class")
+
+
+def _frozen(values) -> np.ndarray:
+    a = np.array(values, dtype=np.float64)
+    a.flags.writeable = False
+    return a
+
+
+def class_table(classes: list[SLOClass] | None, ttft_s: float, tpot_s: float) -> ClassTable:
+    """The run's classes (read-only arrays); no `classes`: the one default class with the scenario's SLO."""
+    if not classes:
+        return ClassTable((DEFAULT_CLASS,), _frozen([ttft_s]), _frozen([tpot_s]), _frozen([1.0]))
+    return ClassTable(tuple(c.name for c in classes),
+                      _frozen([ttft_s if c.ttft_s is None else c.ttft_s for c in classes]),
+                      _frozen([tpot_s if c.tpot_s is None else c.tpot_s for c in classes]),
+                      _frozen([c.weight for c in classes]))
+
+
+def assign_classes(classes: list[SLOClass] | None, class_by: str, prompt: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Class code (int8) of every request for class_by share or prompt (trace labels come with the merge)."""
+    n = prompt.shape[0]
+    if not classes or len(classes) == 1:
+        return np.zeros(n, dtype=np.int8)
+    if class_by == "share":
+        cum = np.cumsum([float(c.share) for c in classes])
+        return np.minimum(np.searchsorted(cum / cum[-1], rng.random(n), side="right"),
+                          len(classes) - 1).astype(np.int8)
+    bounds = np.array([c.max_prompt for c in classes[:-1]], dtype=np.int64)
+    return np.searchsorted(bounds, prompt, side="left").astype(np.int8)
