@@ -38,6 +38,9 @@ POINT_SCENARIO = {
     "batching": ("coloc_h100_qwen3_8b", {"workload": {"num_requests": 200, "concurrency": 64}}),
 }
 
+TIERS = [{"name": "chat", "share": 0.7, "ttft_s": 0.3, "tpot_s": 0.05, "weight": 2.0},
+         {"name": "batch", "share": 0.3, "ttft_s": 5.0, "tpot_s": 0.2, "weight": 1.0}]
+
 # Mechanics beyond the policies: faults, prefix caches, tight KV (both KV policies), scale events.
 SPECIAL = {
     "faults_sbs": ("ds_v3_h800_3p1d", ("policy/prefill=sbs",), {
@@ -57,6 +60,13 @@ SPECIAL = {
         "workload": {"num_requests": 200, "concurrency": 128},
         "cluster": {"colocated": {"kv_capacity_tokens": 20000}}}),
     "disagg_default": ("ds_v3_h800_3p1d", (), {"workload": {"num_requests": 300}}),
+    # SLO tiers with a length predictor: priority order with preemption on a tight colocated KV, and SBS releasing
+    # its buffer in EDF order behind Conductor's early rejection
+    "slo_vllm_priority": ("coloc_h100_qwen3_8b", (), {
+        "workload": {"num_requests": 200, "concurrency": 128, "classes": TIERS, "predictor": {"kind": "lognormal"}},
+        "cluster": {"colocated": {"kv_capacity_tokens": 20000}}, "queue": {"order": "vllm_priority"}}),
+    "slo_sbs_edf_conductor": ("ds_v3_h800_3p1d", ("policy/prefill=conductor", "policy.prefill.base=sbs"), {
+        "workload": {"num_requests": 300, "rate": 250.0, "classes": TIERS}, "queue": {"order": "edf"}}),
     # prefix-block caches on the Mooncake trace: a cache-aware SBS, and Conductor-style routing with a host tier
     "prefix_blocks_sbs_cache": ("prefix_mooncake", ("policy/prefill=sbs_cache",), {"workload": {"num_requests": 300}}),
     "prefix_blocks_cache_ttft_host": ("prefix_mooncake", ("policy/prefill=cache_ttft",), {

@@ -101,10 +101,34 @@ class ColocatedUnit(Stepper):
             if self.n_running == 0 or sim.cfg.cluster.kv_policy == "reject":
                 sim.reject_request(rid, R.reason_code("kv_exhausted"))
             else:
-                req.requeue(rid)
-                req.state[rid] = R.WAITING
-                req.dev_arrive[rid] = sim.now
-                self.waiting.appendleft(rid)
+                self._requeue(sim, rid)
+
+    def _requeue(self, sim: Host, rid: int) -> None:
+        """A preempted request waits again at the head (its KV is gone: its context is recomputed), or where the
+        queue discipline puts it."""
+        req = sim.req
+        req.requeue(rid)
+        req.state[rid] = R.WAITING
+        req.dev_arrive[rid] = sim.now
+        self.waiting.appendleft(rid)
+        if sim.queue_order is not None:
+            sim.queue_order.sort_deque(self.waiting)
+
+    def yield_to_rank(self, sim: Host, key) -> None:
+        """vLLM priority scheduling: while the first waiting request does not fit (slots or KV) and a decoding one
+        ranks below it (a larger `key`), the lowest-ranked decoding request is preempted and requeued."""
+        req = sim.req
+        while self.waiting and self.n_decoding:
+            head = self.waiting[0]
+            kv_free = self.kv_cap - self.kv_used - self.n_decoding
+            if self.free_slots() > 0 and req.load(head) + 1 <= kv_free:
+                return
+            victim = max(self.decoding, key=key)
+            if key(victim) <= key(head):
+                return
+            self.preempt(req, victim)
+            self._stop_decoding(req, victim)
+            self._requeue(sim, victim)
 
     def _stop_decoding(self, req: R.RequestTable, rid: int) -> None:
         load = req.load(rid)
@@ -174,7 +198,10 @@ class ColocatedInstance:
         req = sim.req
         req.state[rid] = R.WAITING
         req.dev_arrive[rid] = sim.now
-        self.units[int(req.prefill_dp[rid])].waiting.append(rid)
+        waiting = self.units[int(req.prefill_dp[rid])].waiting
+        waiting.append(rid)
+        if sim.queue_order is not None:  # a discipline other than arrival order (ordering.py)
+            sim.queue_order.sort_deque(waiting)
         self.wake()
 
     def wake(self) -> None:
@@ -189,6 +216,10 @@ class ColocatedInstance:
         if self.busy:
             return
         sim = self.sim
+        order = sim.queue_order
+        if order is not None and order.preempts:
+            for u in self.units:
+                u.yield_to_rank(sim, order.key)
         batches = []
         for ui in range(self.dp):
             b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)

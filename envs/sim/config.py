@@ -15,6 +15,7 @@ from typing import Any
 from .classes import SLOClass, validate_classes
 from .cluster_config import ClusterConfig, InstanceConfig  # noqa: F401  (InstanceConfig: also imported from here)
 from .compiled import check_engine
+from .ordering import QueueConfig
 from .prediction import PredictorConfig
 from .validation import ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
 
@@ -263,6 +264,7 @@ class SimConfig:
     cost: CostConfig = field(default_factory=CostConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)  # queue discipline (ordering.py)
     oracle: bool = False  # expose true output lengths to policies
     max_sim_time_s: float = math.inf  # stop the clock here; unfinished requests are rejected("horizon")
     engine: str = "python"  # python, or numba: compiled kernels with the same results (compiled.py)
@@ -275,6 +277,7 @@ class SimConfig:
         self.faults.check_topology(self.cluster)
         check_positive(self.slo.ttft_s, "slo.ttft_s")
         check_positive(self.slo.tpot_s, "slo.tpot_s")
+        self.queue.validate()
         check_positive(self.max_sim_time_s, "max_sim_time_s")  # inf: no horizon
         check_engine(self.engine)
         return self
@@ -337,6 +340,7 @@ _NESTED = {
     (SimConfig, "cost"): CostConfig,
     (SimConfig, "faults"): FaultConfig,
     (SimConfig, "slo"): SLOConfig,
+    (SimConfig, "queue"): QueueConfig,
     (ClusterConfig, "prefill"): InstanceConfig,
     (ClusterConfig, "decode"): InstanceConfig,
     (ClusterConfig, "colocated"): InstanceConfig,

@@ -31,6 +31,7 @@ from .faults import FaultInjector
 from .hardware import load_hardware
 from .models import load_model
 from .observers import Observer, PassStart
+from .ordering import make_order, new_queue
 from .points import POINTS, resolve_policies
 from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
@@ -51,10 +52,9 @@ def _spread(fn):
 class Simulator:
     """A P/D disaggregated or colocated cluster under one traffic sample.
 
-    The attributes are the read-only state view policies use: `now`, `req` (RequestTable),
-    `buffer` (requests held by the prefill scheduler, arrival order), `pool` (prefill-done
-    requests awaiting decode admission), `prefill` / `decode` / `colocated` (instances),
-    `prefill_healthy` (what health checks report), `rng` (the policies' generator).
+    The attributes are the state view policies read: `now`, `req` (RequestTable), `buffer` (requests held by the
+    prefill scheduler) and `pool` (prefill-done, awaiting decode admission), both in `queue_order` (ordering.py;
+    None: arrival order), `prefill` / `decode` / `colocated`, `prefill_healthy`, `rng` (the policies' generator).
     """
 
     def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0):
@@ -86,12 +86,12 @@ class Simulator:
         getattr(self, f"_build_{cl.topology}")()  # one builder per topology (config: cluster.topology)
         self._front: list[PrefillInstance] | list[ColocatedInstance] = self.prefill or self.colocated
         self._net = cl.net_latency_s
-
         self.policies = resolve_policies(policies or {})  # decision point name -> policy (points.POINTS)
 
         self.now = 0.0
-        self.buffer: dict[int, None] = {}
-        self.pool: dict[int, None] = {}
+        self.queue_order = make_order(self, cfg.queue)  # None: arrival order (ordering.py)
+        self.buffer: dict[int, None] = new_queue(self.queue_order)
+        self.pool: dict[int, None] = new_queue(self.queue_order)
         self.paused = False
         self.finished_run = False
         self.stalled = False

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from .config import SimConfig
+    from .ordering import QueueOrder
     from .requests import RequestTable
     from .view import RunView
 
@@ -33,6 +34,7 @@ class Host(Protocol):
     decode: list
     colocated: list
     prefill_healthy: np.ndarray
+    queue_order: QueueOrder | None  # the queue discipline (ordering.py); None: arrival order
 
     def push(self, t: float, kind: int, payload: Any) -> None: ...
 

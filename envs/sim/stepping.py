@@ -67,7 +67,10 @@ class Stepper:
 
     def preempt_youngest(self, req: RequestTable, running) -> int:
         """Stop the latest-admitted request of `running` (ties: highest id); returns it, its `done` settled."""
-        rid = max(running, key=lambda r: (req.admit_step[r], r))
+        return self.preempt(req, max(running, key=lambda r: (req.admit_step[r], r)))
+
+    def preempt(self, req: RequestTable, rid: int) -> int:
+        """Stop running request `rid`; returns it, its `done` settled."""
         s0 = int(req.admit_step[rid])
         self.segment_itl(req, rid, s0, self.steps)
         req.preempt(rid, self.steps)

@@ -1,0 +1,71 @@
+"""Conductor-style early rejection (Mooncake, FAST 2025; ALGORITHMS.md section 9): admission control in front of any
+prefill dispatcher.
+
+At arrival the request's TTFT is estimated on every healthy instance as (prefill tokens ahead of it there + its own
+remaining prompt work) x the cost model's seconds per prompt token of a full chunk (ordering.seconds_per_prefill_token)
+plus the network hop, where the tokens ahead are those of the instance's least-loaded DP unit (disaggregated: wire +
+device queue + pass; colocated: waiting and prefilling work spread over the units) plus the scheduler's buffered work
+spread over every healthy unit. When even the smallest estimate exceeds the TTFT SLO of the request's class, it is
+rejected at once (reason `slo`, counted as a miss and in `early_rejections`); otherwise the wrapped dispatcher
+(`base`, any registered prefill policy: SBS, least_tokens, ...) gets it as if nothing stood in front.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdgym.envs.sim.ordering import seconds_per_prefill_token
+from pdgym.envs.sim.policy import PrefillScheduler
+from pdgym.envs.sim.validation import check_float
+
+from .registry import make_policy, register
+
+
+@register("prefill", "conductor")
+class ConductorAdmission(PrefillScheduler):
+    """Reject at arrival what no instance can serve within its TTFT SLO; dispatch the rest with `base`."""
+
+    def __init__(self, base: str | dict[str, Any] = "least_tokens", slack: float = 1.0):
+        self.base = make_policy("prefill", base)
+        self.slack = check_float(slack, "policy.prefill.slack", 0.0, lo_open=True)  # reject above slack x the SLO
+
+    def reset(self, sim) -> None:
+        self.s_tok = seconds_per_prefill_token(sim)
+        self.base.reset(sim)
+
+    def estimate(self, sim, rid: int) -> float:
+        """The smallest estimated TTFT of `rid` over the healthy instances (module docstring)."""
+        req = sim.req
+        healthy = sim.healthy_prefill()
+        if not healthy:
+            return float("inf")
+        own = int(req.work[rid])
+        if sim.disaggregated:
+            ahead = [int(sim.prefill[i].load_tokens().min()) for i in healthy]
+            units = sum(sim.prefill[i].dp for i in healthy)
+        else:
+            work = req.work
+            ahead = []
+            for i in healthy:
+                us = sim.colocated[i].units
+                ahead.append(sum(int(work[r]) for u in us for r in (*u.waiting, *u.prefilling)) // len(us))
+            units = sum(len(sim.colocated[i].units) for i in healthy)
+        buffered = sum(int(req.work[r]) for r in sim.buffer if r != rid) // max(units, 1)
+        return (min(ahead) + buffered + own) * self.s_tok + sim.cfg.cluster.net_latency_s
+
+    def on_arrival(self, sim, rid: int) -> None:
+        if sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:  # new arrivals only, not bounced / preempted
+            slo = float(sim.classes.ttft_s[sim.req.cls[rid]])
+            if self.estimate(sim, rid) > self.slack * slo:
+                sim.reject(rid, "slo")
+                return
+        self.base.on_arrival(sim, rid)
+
+    def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
+        self.base.on_end_forward(sim, inst, fwd_time)
+
+    def on_timer(self, sim, tag: object) -> None:
+        self.base.on_timer(sim, tag)
+
+    def on_topology_change(self, sim) -> None:
+        self.base.on_topology_change(sim)
