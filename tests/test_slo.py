@@ -1,0 +1,187 @@
+"""SLO tiers, length predictions, queue disciplines and early rejection (issue 33; ALGORITHMS.md section 9):
+attainment against an independent recomputation, EDF against a hand-computed schedule, SJF against Cobham's
+formula, the predictor's Kendall tau against its closed form, conservation under preemption, and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from pdgym.baselines import make_policy
+from pdgym.envs.scenario import load_scenario, merge_sim_config
+from pdgym.envs.sim import ConfigError, Simulator, simulate
+from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.config import LengthConfig
+from pdgym.envs.sim.prediction import PredictorConfig, predict_lengths
+from pdgym.envs.sim.workload import sample_lengths
+from scipy.stats import kendalltau
+
+TIERS = [{"name": "chat", "share": 0.6, "ttft_s": 0.4, "tpot_s": 0.03, "weight": 3.0},
+         {"name": "batch", "share": 0.4, "ttft_s": 5.0, "tpot_s": 0.2, "weight": 1.0}]
+
+
+def coloc(over: dict, scenario: str = "coloc_h100_qwen3_8b"):
+    return merge_sim_config(load_scenario(scenario).sim, over)
+
+
+def test_per_class_attainment_matches_a_recomputation_from_requests_csv(tmp_path):
+    cfg = coloc({"workload": {"num_requests": 400, "concurrency": 96, "classes": TIERS,
+                              "predictor": {"kind": "lognormal", "sigma": 1.0}},
+                 "cluster": {"colocated": {"kv_capacity_tokens": 30000}}, "queue": {"order": "vllm_priority"}})
+    res = simulate(cfg, None, seed=3)
+    res.write(tmp_path)
+    m = res.metrics()
+    r = pd.read_csv(tmp_path / "requests.csv")
+    slo = {t["name"]: (t["ttft_s"], t["tpot_s"], t["weight"]) for t in TIERS}
+    fin = r.status == "finished"
+    ttft_ok = fin & (r.ttft <= r["class"].map(lambda c: slo[c][0]))
+    tpot_ok = fin & (r.tpot.isna() | (r.tpot <= r["class"].map(lambda c: slo[c][1])))
+    both = ttft_ok & tpot_ok
+    w = r["class"].map(lambda c: slo[c][2])
+    assert set(r["class"]) == {"chat", "batch"}
+    assert m["slo_attainment"] == pytest.approx((w * both).sum() / w.sum(), abs=1e-12)
+    for name in slo:
+        k = r["class"] == name
+        assert m[f"slo_attainment_{name}"] == pytest.approx(both[k].mean(), abs=1e-12)
+        assert m[f"slo_ttft_attainment_{name}"] == pytest.approx(ttft_ok[k].mean(), abs=1e-12)
+        assert m[f"ttft_p99_{name}"] == pytest.approx(np.percentile(r.ttft[k & fin], 99), rel=1e-12)
+    span = r.finish.max() - r.arrival.min()
+    assert m["goodput_rps"] == pytest.approx(both.sum() / span, rel=1e-12)
+    assert m["preemptions"] == r.preemptions.sum() > 0  # the tight KV preempted (by rank or to relieve it)
+    assert m["predictor_kendall_tau"] == pytest.approx(kendalltau(r.predicted_output, r.output).statistic, abs=1e-12)
+
+
+def test_one_class_is_the_scenario_slo_and_classes_leave_the_traffic_unchanged():
+    base = coloc({"workload": {"num_requests": 300}})
+    tiered = coloc({"workload": {"num_requests": 300, "classes": TIERS, "predictor": {"kind": "buckets"}}})
+    a, b = Simulator(base, seed=5), Simulator(tiered, seed=5)
+    for col in ("prompt", "output"):
+        assert np.array_equal(getattr(a.req, col), getattr(b.req, col))
+    assert np.array_equal(a._arrivals, b._arrivals) or (a._arrivals is None and b._arrivals is None)
+    assert set(np.unique(a.req.cls)) == {0} and a.classes.names == ("default",)
+    assert 0.45 < (b.req.cls == 0).mean() < 0.75  # share 0.6 of 300
+    res = simulate(base, None, seed=5)
+    m, r = res.metrics(), res.requests
+    fin = r.status == "finished"
+    good = fin & (r.ttft <= base.slo.ttft_s) & (r.tpot.isna() | (r.tpot <= base.slo.tpot_s))
+    assert m["slo_attainment"] == pytest.approx(good.mean()) and "slo_attainment_default" not in m
+    assert math.isnan(m["predictor_kendall_tau"]) and "predicted_output" not in r
+
+
+def single_slot(over: dict) -> object:
+    return merge_sim_config(load_scenario("md1_single_slot").sim, over)
+
+
+def test_edf_on_a_single_server_follows_the_hand_computed_schedule():
+    """One slot, equal lengths: each time the server frees, the waiting request with the earliest deadline
+    a_i + ttft_k(i) starts (non-preemptive EDF), recomputed here from the arrivals, classes and service times."""
+    cfg = single_slot({"workload": {"num_requests": 60, "rate": 60.0, "classes": [
+        {"name": "tight", "share": 0.5, "ttft_s": 0.2, "tpot_s": 1.0},
+        {"name": "loose", "share": 0.5, "ttft_s": 2.0, "tpot_s": 1.0}]}, "queue": {"order": "edf"}})
+    r = simulate(cfg, None, seed=2).requests
+    start = (r.arrival + r.sched_queue + r.device_queue).to_numpy()
+    service = r.finish.to_numpy() - start
+    assert np.ptp(service) < 1e-9  # equal lengths: one service time
+    deadline = r.arrival.to_numpy() + np.where(r["class"] == "tight", 0.2, 2.0)
+    arrival = r.arrival.to_numpy()
+    t, waiting, nxt, expect = 0.0, [], 0, np.empty(len(r))  # t: when the server is next free
+    for _ in range(len(r)):
+        if not waiting:
+            t = max(t, arrival[nxt])  # idle until the next arrival
+        while nxt < len(r) and arrival[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        i = min(waiting, key=lambda j: (deadline[j], j))
+        waiting.remove(i)
+        expect[i] = t
+        t += service[i]
+    assert np.allclose(start, expect, atol=1e-9)
+    assert (np.argsort(start) != np.arange(len(r))).any()  # EDF did reorder: not FCFS in disguise
+
+
+def test_sjf_with_the_oracle_predictor_matches_cobham_on_a_single_slot():
+    """Two job sizes (outputs 1 and 8 tokens) on one slot, Poisson arrivals at load ~0.5: SJF on the oracle
+    prediction is M/G/1 non-preemptive priority with the short class first; mean waits within 5% of
+    W_k = W0 / ((1 - sigma_{k-1})(1 - sigma_k)), W0 = sum lambda_j E[S_j^2] / 2."""
+    cfg = single_slot({"workload": {"num_requests": 8000, "rate": 18.0, "prompt": {"dist": "fixed", "mean": 64},
+                                    "output": {"dist": "empirical", "values": [1, 8]},
+                                    "predictor": {"kind": "oracle"}}, "queue": {"order": "sjf"}})
+    r = simulate(cfg, None, seed=3).requests
+    wait = (r.sched_queue + r.device_queue).to_numpy()
+    service = (r.finish - r.arrival).to_numpy() - wait
+    small = r.output.to_numpy() == 1
+    lam = (len(r) - 1) / (r.arrival.max() - r.arrival.min())
+    lam1, lam2 = lam * small.mean(), lam * (~small).mean()
+    rho1, rho2 = lam1 * service[small].mean(), lam2 * service[~small].mean()
+    assert 0.4 < rho1 + rho2 < 0.6
+    w0 = (lam1 * (service[small] ** 2).mean() + lam2 * (service[~small] ** 2).mean()) / 2
+    assert wait[small].mean() == pytest.approx(w0 / (1 - rho1), rel=0.05)
+    assert wait[~small].mean() == pytest.approx(w0 / ((1 - rho1) * (1 - rho1 - rho2)), rel=0.05)
+
+
+def test_lognormal_predictor_tau_falls_with_sigma_and_matches_the_closed_form():
+    s = 0.8  # log-sd of the true lengths (lognormal, cv = sqrt(exp(s^2) - 1)); max large: no clipping
+    true = sample_lengths(LengthConfig(dist="lognormal", mean=2000, cv=math.sqrt(math.exp(s * s) - 1), max=10**9),
+                          20000, np.random.default_rng(0))
+    taus = []
+    for sigma in (0.0, 0.25, 0.5, 1.0, 2.0):
+        pred = predict_lengths(PredictorConfig(kind="lognormal", sigma=sigma), true, np.random.default_rng(1))
+        tau = kendalltau(pred, true).statistic
+        closed = 2 / math.pi * math.asin(s / math.sqrt(s * s + sigma * sigma))
+        assert tau == pytest.approx(closed, abs=0.015), sigma
+        taus.append(tau)
+    assert all(a > b for a, b in zip(taus, taus[1:]))
+    b = predict_lengths(PredictorConfig(kind="buckets", buckets=4, confusion=0.0), true, np.random.default_rng(1))
+    assert len(np.unique(b)) == 4 and kendalltau(b, true).statistic > 0.6
+
+
+def test_preemption_conserves_requests_at_every_pause():
+    """vllm_priority on a tight KV budget: at any time, finished + rejected + in the system = arrived."""
+    cfg = coloc({"workload": {"num_requests": 300, "concurrency": 128, "classes": TIERS},
+                 "cluster": {"colocated": {"kv_capacity_tokens": 16000}}, "queue": {"order": "vllm_priority"}})
+    sim = Simulator(cfg, seed=1)
+    t = 0.0
+    while not sim.run(until=t):
+        st = sim.req.state
+        arrived = int((~np.isnan(sim.req.arrival)).sum())
+        done = int((st == R.FINISHED).sum() + (st == R.REJECTED).sum())
+        inside = int(((st > R.NEW) & (st < R.FINISHED)).sum())
+        assert done + inside == arrived
+        t += 2.0
+    assert int(sim.req.preemptions.sum()) > 0
+    assert int(((sim.req.state == R.FINISHED) | (sim.req.state == R.REJECTED)).sum()) == 300
+
+
+def test_conductor_rejects_early_and_counts_it_as_a_miss():
+    cfg = merge_sim_config(load_scenario("ds_v3_h800_3p1d").sim, {"workload": {
+        "num_requests": 400, "rate": 300.0, "classes": TIERS}, "queue": {"order": "edf"}})
+    res = simulate(cfg, {"prefill": make_policy("prefill", {"name": "conductor", "base": "sbs"})}, seed=0)
+    m, r = res.metrics(), res.requests
+    early = r.reason == "slo"
+    assert m["early_rejections"] == early.sum() > 0
+    assert (r.finish[early] == r.arrival[early]).all()  # at arrival
+    assert m["slo_attainment"] < 1 - early.mean() * min(t["weight"] for t in TIERS) / 3.0
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"workload": {"classes": [{"name": "a", "share": 0.5}, {"name": "b", "share": 0.4}]}}, "workload.classes"),
+    ({"workload": {"classes": [{"name": "a", "share": -0.5}, {"name": "b", "share": 1.5}]}}, "workload.classes[0].share"),
+    ({"workload": {"classes": [{"name": "a", "share": 1.0, "ttft_s": 0.0}]}}, "workload.classes[0].ttft_s"),
+    ({"workload": {"classes": [{"name": "a", "share": 1.0, "tpot_s": float("nan")}]}}, "workload.classes[0].tpot_s"),
+    ({"workload": {"classes": [{"name": "a", "share": 1.0, "ttft_s": float("inf")}]}}, "workload.classes[0].ttft_s"),
+    ({"workload": {"classes": [{"name": "a", "share": 0.5}, {"name": "a", "share": 0.5}]}}, "workload.classes[1].name"),
+    ({"workload": {"classes": [{"name": "a", "share": 1.0, "weight": -1.0}]}}, "workload.classes[0].weight"),
+    ({"workload": {"predictor": {"kind": "lognormal", "sigma": -0.1}}}, "workload.predictor.sigma"),
+    ({"workload": {"predictor": {"kind": "buckets", "buckets": 1}}}, "workload.predictor.buckets"),
+    ({"workload": {"predictor": {"kind": "buckets", "confusion": 1.5}}}, "workload.predictor.confusion"),
+    ({"queue": {"order": "sjf"}}, "queue.order"),
+    ({"queue": {"order": "sjf_oracle"}, "workload": {"predictor": {"kind": "oracle"}}}, "queue.order"),
+    ({"queue": {"order": "lifo"}}, "queue.order"),
+])
+def test_bad_input_is_one_line_naming_the_key(over, key):
+    with pytest.raises(ConfigError) as e:
+        Simulator(coloc(over), seed=0)
+    msg = str(e.value)
+    assert msg.startswith(f"{key}:") and "\n" not in msg
