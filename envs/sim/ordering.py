@@ -42,11 +42,10 @@ __all__ = ["ORDERS", "OrderedQueue", "QueueConfig", "QueueOrder", "make_order", 
 
 @dataclass
 class QueueConfig:
-    """`queue`: the engine's queue discipline and admission control."""
+    """`queue`: the engine's queue discipline (admission control is a prefill policy: baselines/slo_admission.py)."""
 
     order: str = "fcfs"  # a name in ORDERS (module docstring)
     starve_s: float = 5.0  # ltr: a request waiting longer than this is promoted
-    admission: str = "none"  # none | conductor (admission.py): reject at arrival what cannot meet its TTFT SLO
 
     def validate(self, key: str = "queue") -> None:
         check(self.order in ORDERS, f"{key}.order", f"got {self.order!r}; allowed: {', '.join(ORDERS.names())}")
