@@ -33,8 +33,23 @@ def latency_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True).sort_values(["policy_set", "percentile"], kind="stable")
 
 
+def by_class(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each policy set's requests split by SLO class ("<set>/<class>") when a run has more than one class."""
+    out = {}
+    for label, req in tables.items():
+        names = req["class"].cat.categories if "class" in req and hasattr(req["class"], "cat") else ()
+        if len(names) <= 1:
+            out[label] = req
+            continue
+        for name in names:
+            out[f"{label}/{name}"] = req[req["class"] == name]
+    return out
+
+
 def write_latency_cdfs(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
-    """latency_cdf.png and latency_cdf.csv in `out`."""
+    """latency_cdf.png and latency_cdf.csv in `out` (one curve per policy set, and per SLO class when there are
+    several)."""
+    tables = by_class(tables)
     with atomic_path(out / "latency_cdf.csv") as tmp:
         latency_table(tables).to_csv(tmp, index=False)
     with atomic_path(out / "latency_cdf.png") as tmp:
