@@ -15,6 +15,7 @@ release order, BR-0 admission by deadline, ...). Like vLLM's `--scheduling-polic
                    model's seconds per token of a full chunk on the front instances): d_i - now - p_i orders as
                    d_i - p_i, now being common;
     sjf            ascending predicted output length (needs workload.predictor), then arrival;
+    priority_sjf   class order, then the predicted output length within a class (needs workload.predictor);
     ltr            learning-to-rank scheduling: sjf, except that a request waiting longer than `queue.starve_s`
                    is promoted ahead of every unpromoted one (the starvation guard; promoted ones in arrival order);
     vllm_priority  priority, and on a colocated unit a waiting request that outranks decoding ones and does not
@@ -142,6 +143,15 @@ class SJF(QueueOrder):
 
     def key(self, rid: int) -> tuple:
         return int(self.req.predicted[rid]), float(self.req.arrival[rid]), rid
+
+
+@ORDERS.register("priority_sjf")
+class PrioritySJF(QueueOrder):
+    needs_predictor = True
+
+    def key(self, rid: int) -> tuple:
+        r = self.req
+        return int(r.cls[rid]), int(r.predicted[rid]), float(r.arrival[rid]), rid
 
 
 @ORDERS.register("ltr")
