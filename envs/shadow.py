@@ -77,6 +77,10 @@ class ShadowView:
     def block_tokens(self) -> int:
         return self._sim.block_tokens
 
+    @property
+    def classes(self):
+        return self._sim.classes
+
     def healthy_prefill(self) -> list[int]:
         return self._sim.healthy_prefill()
 

@@ -13,6 +13,7 @@ from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import ConfigError, Simulator, simulate
 from pdgym.envs.sim import requests as R
+from pdgym.envs.sim.classes import SLOClass
 from pdgym.envs.sim.config import LengthConfig
 from pdgym.envs.sim.prediction import PredictorConfig, predict_lengths
 from pdgym.envs.sim.workload import sample_lengths
@@ -185,3 +186,23 @@ def test_bad_input_is_one_line_naming_the_key(over, key):
         Simulator(coloc(over), seed=0)
     msg = str(e.value)
     assert msg.startswith(f"{key}:") and "\n" not in msg
+
+
+def test_trace_labels_merge_two_services_on_their_timestamps_and_the_length_rule_splits_by_prompt():
+    from pdgym.envs.sim.config import WorkloadConfig
+    from pdgym.envs.sim.traces import read_trace
+    from pdgym.envs.sim.workload import make_workload
+
+    cfg = WorkloadConfig(num_requests=400, rate=None, class_by="trace", trace_arrivals="recorded",
+                         classes=[SLOClass(name="conv", trace="azure_conv"), SLOClass(name="code", trace="azure_code")])
+    wl = make_workload(cfg, np.random.default_rng(0))
+    assert np.all(np.diff(wl.arrival) >= 0) and set(np.unique(wl.cls)) == {0, 1}
+    for k, name in enumerate(("azure_conv", "azure_code")):  # each class's rows are its trace's first rows, in order
+        tr = read_trace(name, "t")
+        m = wl.cls == k
+        assert np.array_equal(wl.prompt[m], tr.prompt[:m.sum()]) and np.array_equal(wl.output[m], tr.output[:m.sum()])
+    rule = WorkloadConfig(num_requests=500, class_by="prompt", classes=[
+        SLOClass(name="short", max_prompt=300), SLOClass(name="mid", max_prompt=900), SLOClass(name="long")],
+        prompt=LengthConfig(dist="uniform", low=1, high=2000))
+    wl = make_workload(rule, np.random.default_rng(1))
+    assert np.array_equal(wl.cls, np.digitize(wl.prompt, [300.5, 900.5]))

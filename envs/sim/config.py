@@ -133,7 +133,8 @@ class WorkloadConfig:
         check(int(self.num_requests) >= 1, f"{key}.num_requests", f"got {self.num_requests}; must be >= 1")
         check_choice(self.trace_arrivals, f"{key}.trace_arrivals", self.TRACE_ARRIVALS)
         check(int(self.trace_rate_rows) >= 1, f"{key}.trace_rate_rows", f"got {self.trace_rate_rows}; must be >= 1")
-        if self.arrival not in ("closed", "trace") and self.trace is None:
+        merged = bool(self.classes) and self.class_by == "trace"  # classes' traces merged (rate null: native)
+        if self.arrival not in ("closed", "trace") and self.trace is None and not merged:
             check(isinstance(self.rate, (int, float)) and self.rate > 0, f"{key}.rate",
                   f"got {self.rate!r}; arrival={self.arrival} needs rate > 0 (rate: null only replays a trace's times)")
         if self.arrival == "trace":
