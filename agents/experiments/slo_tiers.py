@@ -95,7 +95,7 @@ def board(exp: Experiment, name: str, spec) -> pd.DataFrame:
 
 @experiment
 def run(exp: Experiment) -> dict:
-    tables = [board(exp, name, spec) for name, spec in exp.p.boards.items()]
+    tables = [board(exp, name, spec) for name, spec in exp.p.boards.items() if spec is not None]  # null: left out
     table = pd.concat(tables, ignore_index=True)
     exp.table(table)
     summary = {}
