@@ -65,6 +65,9 @@ SPECIAL = {
     "slo_vllm_priority": ("coloc_h100_qwen3_8b", (), {
         "workload": {"num_requests": 200, "concurrency": 128, "classes": TIERS, "predictor": {"kind": "lognormal"}},
         "cluster": {"colocated": {"kv_capacity_tokens": 20000}}, "queue": {"order": "vllm_priority"}}),
+    "slo_vllm_priority_pd": ("ds_v3_h800_3p1d", (), {
+        "workload": {"num_requests": 300, "rate": 250.0, "classes": TIERS},
+        "cluster": {"decode": {"kv_capacity_tokens": 6000, "batch_limit": 8}}, "queue": {"order": "vllm_priority"}}),
     "slo_sbs_edf_conductor": ("ds_v3_h800_3p1d", ("policy/prefill=conductor", "policy.prefill.base=sbs"), {
         "workload": {"num_requests": 300, "rate": 250.0, "classes": TIERS}, "queue": {"order": "edf"}}),
     # prefix-block caches on the Mooncake trace: a cache-aware SBS, and Conductor-style routing with a host tier

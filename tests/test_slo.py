@@ -206,3 +206,16 @@ def test_trace_labels_merge_two_services_on_their_timestamps_and_the_length_rule
         prompt=LengthConfig(dist="uniform", low=1, high=2000))
     wl = make_workload(rule, np.random.default_rng(1))
     assert np.array_equal(wl.cls, np.digitize(wl.prompt, [300.5, 900.5]))
+
+
+def test_vllm_priority_on_a_disaggregated_decode_tier_preempts_batch_for_chat_and_conserves_requests():
+    over = {"workload": {"num_requests": 400, "rate": 250.0, "classes": TIERS},
+            "cluster": {"decode": {"kv_capacity_tokens": 6000, "batch_limit": 8}}}
+    base = merge_sim_config(load_scenario("ds_v3_h800_3p1d").sim, over)
+    prio = merge_sim_config(base, {"queue": {"order": "vllm_priority"}})
+    fifo, ranked = simulate(base, None, seed=0), simulate(prio, None, seed=0)
+    for res in (fifo, ranked):
+        assert set(res.requests.status) <= {"finished", "rejected"}
+    r = ranked.requests
+    assert r.preemptions[r["class"] == "batch"].sum() > 2 * r.preemptions[r["class"] == "chat"].sum() > 0
+    assert ranked.metrics()["slo_tpot_attainment_chat"] >= fifo.metrics()["slo_tpot_attainment_chat"]

@@ -98,6 +98,9 @@ class DecodeInstance(Stepper):
         if not sim.pool and self.n_batch == 0:  # nothing to admit and nothing running (so no KV): what follows is a no-op
             self.rest()
             return
+        order = sim.queue_order
+        if order is not None and order.preempts and sim.pool:
+            self._yield_to_rank(order.key)
         if sim.pool and self.n_batch < self.slots and sim.ask("decode", self.wake, "route", self.idx) is PAUSED:
             return  # an agent decides the admissions: this start is replayed when the run resumes
         kv, kernel = self.kv, self.cost.decode_kernel  # engine=numba: this start's NumPy compiled, same values
@@ -144,6 +147,31 @@ class DecodeInstance(Stepper):
             else:
                 req.requeue(rid)
                 sim.buffer_request(rid)
+
+    def _yield_to_rank(self, key) -> None:
+        """vLLM priority scheduling: when the first pooled request fits no worker (slot and KV) and a running request
+        ranks below it (a larger `key`), the lowest-ranked running request is preempted (recomputed through
+        prefill), freeing its worker for the router's admissions of this step. One preemption per step."""
+        sim = self.sim
+        req = sim.req
+        head = next(iter(sim.pool))
+        load = req.load(head)
+        if ((self.batch < self.batch_limit) & (self.kv + load <= self.kv_cap)).any():
+            return
+        running = [r for a in self.active for r in a]
+        if not running:
+            return
+        victim = max(running, key=key)
+        if key(victim) <= key(head):
+            return
+        w = int(req.worker[victim])
+        self.preempt(req, victim)
+        self.active[w].discard(victim)
+        self.batch[w] -= 1
+        self.n_batch -= 1
+        self.kv[w] -= req.prompt[victim] + req.done[victim]
+        req.requeue(victim)
+        sim.buffer_request(victim)
 
     def end_step(self) -> None:
         """DECODE_END: every running request gained a token; due ones finish; the next step starts."""

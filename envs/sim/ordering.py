@@ -18,8 +18,9 @@ release order, BR-0 admission by deadline, ...). Like vLLM's `--scheduling-polic
     priority_sjf   class order, then the predicted output length within a class (needs workload.predictor);
     ltr            learning-to-rank scheduling: sjf, except that a request waiting longer than `queue.starve_s`
                    is promoted ahead of every unpromoted one (the starvation guard; promoted ones in arrival order);
-    vllm_priority  priority, and on a colocated unit a waiting request that outranks decoding ones and does not
-                   fit preempts the lowest-ranked of them (its KV freed, its context recomputed when it runs again);
+    vllm_priority  priority, and a waiting request that outranks running ones and does not fit preempts the
+                   lowest-ranked of them (its KV freed, its context recomputed when it runs again): on a colocated
+                   unit (colocated.py) and on a decode instance for the first pooled request (decode.py);
     sjf_oracle     hindsight: ascending true output length (needs `oracle: true`; a row that bounds sjf).
 
 A discipline reads only what the view exposes (class, arrival, predicted length, remaining work) except
