@@ -50,12 +50,10 @@ def _spread(fn):
 
 
 class Simulator:
-    """A P/D disaggregated or colocated cluster under one traffic sample.
-
-    The attributes are the state view policies read: `now`, `req` (RequestTable), `buffer` (requests held by the
-    prefill scheduler) and `pool` (prefill-done, awaiting decode admission), both in `queue_order` (ordering.py;
-    None: arrival order), `prefill` / `decode` / `colocated`, `prefill_healthy`, `rng` (the policies' generator).
-    """
+    """A P/D disaggregated or colocated cluster under one traffic sample. The attributes are the state view policies
+    read: `now`, `req` (RequestTable), `buffer` (requests held by the prefill scheduler) and `pool` (prefill-done,
+    awaiting decode admission), both in `queue_order` (ordering.py; None: arrival order), `prefill` / `decode` /
+    `colocated`, `prefill_healthy`, `rng` (the policies' generator)."""
 
     def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0):
         cfg = sim_config(config)
