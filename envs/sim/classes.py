@@ -60,6 +60,10 @@ class ClassTable:
     def single(self) -> bool:
         return self.k == 1
 
+    def copy(self) -> ClassTable:
+        """The same table with arrays of its own (read-only): what a policy's view holds."""
+        return ClassTable(self.names, _frozen(self.ttft_s), _frozen(self.tpot_s), _frozen(self.weight))
+
 
 def _finite_positive(v, key: str, allow_zero: bool = False) -> float:
     ok = is_num(v) and math.isfinite(float(v)) and (float(v) >= 0 if allow_zero else float(v) > 0)

@@ -40,7 +40,7 @@ VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill
 
 # Engine attributes a view hands out as they are: immutable values, bound query and action methods.
 SHARED = ("disaggregated", "rng", "healthy_prefill", "prefix_hit", "fill_prefill", "dispatch", "reject", "set_timer",
-          "admit", "pause", "block_tokens", "classes")
+          "admit", "pause", "block_tokens")
 # Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
 BLOCKS = ("block_ids", "block_off")
 # Optional arrays: None when the run has none. predicted: the output length predicted at arrival (prediction.py).
@@ -117,7 +117,7 @@ class RunView(Frozen):
     """The `SimView` of a running engine (built once per run; every attribute follows the run)."""
 
     __slots__ = ("_engine", "_proxies", "cfg", "req", "completed", "prefill", "decode", "colocated",
-                 "prefill_healthy", *SHARED)
+                 "prefill_healthy", "classes", *SHARED)
 
     def __init__(self, engine: Any):
         self._set(_engine=engine, _proxies={},
@@ -128,6 +128,7 @@ class RunView(Frozen):
                   decode=tuple(DecodeFacade(i) for i in engine.decode),
                   colocated=tuple(ColocatedFacade(i) for i in engine.colocated),
                   prefill_healthy=read_only(engine.prefill_healthy),
+                  classes=engine.classes.copy(),  # its own read-only arrays: the engine's stay its own
                   # immutable values and the engine's bound query / action methods
                   **{name: getattr(engine, name) for name in SHARED})
 
