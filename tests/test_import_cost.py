@@ -27,3 +27,25 @@ def test_building_the_default_policies_loads_no_scipy():
             "print('scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     assert out == "False"
+
+
+@pytest.mark.parametrize("module", ["pdgym.agents.apps.sim", "pdgym.envs.sim", "pdgym.envs"])
+def test_simulating_loads_no_gymnasium(module):
+    """Issue 36 item 2: pdgym-sim makes no env; registering the envs waits for gymnasium's own import."""
+    code = f"import sys, {module}; print('gymnasium' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    assert out == "False"
+
+
+@pytest.mark.parametrize("first", ["pdgym.envs", "gymnasium"])
+def test_the_envs_are_registered_whichever_is_imported_first(first):
+    """`import pdgym.envs` then gymnasium (the post-import hook registers), or gymnasium first (registered at
+    once): every formulation id and point env is gymnasium's, with its string entry point, and one makes."""
+    second = "gymnasium" if first == "pdgym.envs" else "pdgym.envs"
+    code = (f"import {first}, {second}, gymnasium as gym; from pdgym.envs.specs import SPECS; "
+            "from pdgym.envs.sim.points import POINTS; "
+            "ids = [p.env_id for p in POINTS.values()] + list(SPECS); "
+            "print(sum(i in gym.registry for i in ids), len(ids)); "
+            "print(type(gym.make('pdgym/DecodeRouting-v0', disable_env_checker=True).unwrapped).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert out[0] == out[1] and int(out[0]) >= 9 and out[2] == "DecodeRoutingEnv"
