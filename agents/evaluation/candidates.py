@@ -89,7 +89,7 @@ def check_stored_agent(meta: dict, key: str, path) -> dict:
     if env_point(meta["env_id"]) != meta["point"]:
         want = [i for i in env_ids() if env_point(i) == meta["point"]]
         raise ConfigError(f"{key}: {path} names env_id {str(meta['env_id'])[:80]!r}; an agent of the "
-                          f"{meta['point']} point runs in one of {', '.join(want)} (pdgym's envs: {', '.join(env_ids())})")
+                          f"{meta['point']} point runs in {', '.join(want)} (pdgym's envs: {', '.join(env_ids())})")
     bad = sorted(k for k in meta["env_kwargs"] if k in SET_BY_THE_APP or not isinstance(k, str))
     if bad:
         raise ConfigError(f"{key}: {path} has env_kwargs {bad}; those are set by the app running the agent, never "
