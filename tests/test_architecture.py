@@ -194,15 +194,32 @@ def test_simulator_imports_no_env_baseline_agent_or_rl_code(graph):
 
 
 def test_every_decision_point_names_its_registered_env():
+    """Each point of the table (however many) registers its env, whose module names the same id and point."""
+    import importlib
+
     import gymnasium as gym
     import pdgym.envs  # noqa: F401  (registers the envs)
-    from pdgym.envs import decode_routing, phase_batching, prefill_dispatch
     from pdgym.envs.sim.points import POINTS
 
-    assert set(POINTS) == {"prefill", "decode", "batching"}
-    for mod, point in ((prefill_dispatch, "prefill"), (decode_routing, "decode"), (phase_batching, "batching")):
-        assert POINTS[point].env_id == mod.ENV_ID and POINTS[point].env_id in gym.registry
-        assert isinstance(POINTS[point].default(), POINTS[point].protocol)
+    assert POINTS
+    for name, point in POINTS.items():
+        module, cls = point.entry_point.split(":")
+        env_cls = getattr(importlib.import_module(module), cls)
+        assert point.env_id in gym.registry and gym.spec(point.env_id).entry_point == point.entry_point
+        assert (point.env_id, name) == (env_cls.ENV_ID, env_cls.POINT)
+        assert isinstance(point.default(), point.protocol)
+
+
+def test_every_decision_points_conf_folder_is_packaged():
+    """A point's policy configs (conf/policy/<name>/) ship in the wheel: pyproject lists the folder (docs/
+    architecture.md, "Adding a decision point", step 4)."""
+    import tomllib
+
+    from pdgym.envs.sim.points import POINTS
+
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    for name in POINTS:
+        assert (ROOT / "conf" / "policy" / name).is_dir() and f"pdgym.conf.policy.{name}" in packages, name
 
 
 MAX_MODULE_LINES = 700  # issue 28: a module past this is two concepts in one file

@@ -153,3 +153,35 @@ def test_the_documented_steps_name_files_that_exist():
     for name in ("prefill.py", "decode.py", "colocated.py", "engine.py", "view.py", "events.py"):
         assert f"`{name}`" in steps and (ROOT / "envs" / "sim" / name).exists()
     assert "HANDLERS" in steps and "wake-up" in steps and "entry point" in steps and "episode limit" in steps
+
+
+def test_the_golden_test_takes_a_new_point_from_the_table(toy_point, tmp_path):
+    """Step 4's golden case: the point's conf folder and its golden scenario (tests/golden/points.json) are all the
+    golden test needs; its case list and its per-point check follow POINTS (no list of the three points)."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import test_golden as G
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    conf = tmp_path / "conf"
+    (conf / "policy" / "shed").mkdir(parents=True)  # a temporary conf folder: the real points' configs and the toy's
+    for point in POINTS:
+        if point != "shed":
+            (conf / "policy" / point).symlink_to(ROOT / "conf" / "policy" / point)
+    for name in ("none", "oldest"):
+        (conf / "policy" / "shed" / f"{name}.yaml").write_text(f"name: {name}\n")
+    table = tmp_path / "points.json"
+    golden = json.loads(G.POINT_GOLDEN.read_text())
+    table.write_text(json.dumps(golden))
+    without = G.point_scenarios(POINTS, table)
+    assert sorted(without) != sorted(POINTS)  # the golden test's per-point check fails: the toy has no scenario yet
+    table.write_text(json.dumps({**golden, "shed": {"scenario": "decode_tier_n8", "sim": {"workload": {"num_requests": 50}}}}))
+    with_toy = G.point_scenarios(POINTS, table)
+    assert sorted(with_toy) == sorted(POINTS)
+    got = G.cases(with_toy, conf)
+    assert got["shed-oldest"] == ("decode_tier_n8", ("policy/shed=oldest",), {"workload": {"num_requests": 50}})
+    assert {k for k in got if k.startswith("shed-")} == {"shed-none", "shed-oldest"}
+    assert {k: v for k, v in got.items() if not k.startswith("shed-")} == G.ALL  # the real cases, untouched

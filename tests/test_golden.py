@@ -25,18 +25,26 @@ from pdgym.baselines.registry import make_policy, registered
 from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import simulate
 from pdgym.envs.sim.metrics import PREFIX_KEYS
+from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.slo import PER_CLASS, SLO_KEYS
 
 GOLDEN = Path(__file__).parent / "golden" / "digests.json"
 ENGINES = ["python"] + (["numba"] if importlib.util.find_spec("numba") else [])  # compiled: when numba is installed
 UPDATE = os.environ.get("PDGYM_UPDATE_GOLDEN") == "1"
 
-# Where each decision point's baselines run: a scenario small enough for the suite.
-POINT_SCENARIO = {
-    "prefill": ("ds_v3_h800_3p1d", {"workload": {"num_requests": 240}}),
-    "decode": ("decode_tier_n8", {"workload": {"num_requests": 300}}),
-    "batching": ("coloc_h100_qwen3_8b", {"workload": {"num_requests": 200, "concurrency": 64}}),
-}
+# Where each decision point's baselines run: a scenario small enough for the suite, one entry per point of
+# envs/sim/points.py's POINTS in tests/golden/points.json (a point's golden case: docs/architecture.md, "Adding a
+# decision point"; test_every_decision_point_has_a_golden_scenario names a point without one).
+POINT_GOLDEN = Path(__file__).parent / "golden" / "points.json"
+
+
+def point_scenarios(points=POINTS, table: Path = POINT_GOLDEN) -> dict[str, tuple[str, dict]]:
+    """point -> (scenario, simulator-config overrides) for every decision point of `points` that has an entry."""
+    data = json.loads(table.read_text())
+    return {p: (data[p]["scenario"], data[p]["sim"]) for p in points if p in data}
+
+
+POINT_SCENARIO = point_scenarios()
 
 TIERS = [{"name": "chat", "share": 0.7, "ttft_s": 0.3, "tpot_s": 0.05, "weight": 2.0},
          {"name": "batch", "share": 0.3, "ttft_s": 5.0, "tpot_s": 0.2, "weight": 1.0}]
@@ -78,17 +86,17 @@ SPECIAL = {
 }
 
 
-def configured(point: str) -> list[str]:
-    """Every policy file of a decision point (conf/policy/POINT/NAME.yaml)."""
-    root = importlib.resources.files("pdgym.conf") / "policy" / point
+def configured(point: str, conf=None) -> list[str]:
+    """Every policy file of a decision point (conf/policy/POINT/NAME.yaml; `conf`: another conf folder)."""
+    root = (conf or importlib.resources.files("pdgym.conf")) / "policy" / point
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-def cases() -> dict[str, tuple[str, tuple[str, ...], dict]]:
+def cases(point_scenario=None, conf=None) -> dict[str, tuple[str, tuple[str, ...], dict]]:
     """name -> (scenario, Hydra overrides, simulator-config overrides)."""
     out = {}
-    for point, (scen, over) in POINT_SCENARIO.items():
-        for name in configured(point):
+    for point, (scen, over) in (POINT_SCENARIO if point_scenario is None else point_scenario).items():
+        for name in configured(point, conf):
             extra = ("oracle=true",) if name.endswith("_oracle") else ()
             out[f"{point}-{name}"] = (scen, (f"policy/{point}={name}", *extra), over)
     out.update(SPECIAL)
@@ -186,6 +194,12 @@ def test_every_case_has_a_golden_entry():
     if UPDATE:
         pytest.skip("updating")
     assert sorted(load(GOLDEN)) == sorted(ALL), "regenerate: PDGYM_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py"
+
+
+def test_every_decision_point_has_a_golden_scenario():
+    """Each point of POINTS runs its baselines here: a new point without an entry in tests/golden/points.json
+    would have no golden case."""
+    assert sorted(POINT_SCENARIO) == sorted(POINTS), f"add a golden scenario per point to {POINT_GOLDEN}"
 
 
 def test_every_registered_baseline_is_covered():

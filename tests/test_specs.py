@@ -57,3 +57,50 @@ def test_an_id_makes_its_formulation_and_the_old_form_warns(env_id):
                                    ("batching", "mode", "phase")] if p == s.point)
     with pytest.raises(ConfigError, match=f"env.{key}: {env_id} is {key}={value!r}; got {other!r}"):
         gym.make(env_id, disable_env_checker=True, **SMALL[s.point], **{key: other})
+
+
+@pytest.mark.parametrize("env_id", [i for i, s in SPECS.items() if s.options])
+def test_training_and_stored_agents_build_the_formulation_an_id_names(env_id):
+    """candidates.make_env (training's vector envs, pdgym-enjoy) builds what gym.make builds for the id: its
+    registered options under the given ones; a stored agent of the id needs no formulation options in env_kwargs,
+    and the old form (the point's id with them) stays a valid stored agent."""
+    from pdgym.agents.evaluation import candidates
+
+    s = SPECS[env_id]
+    kw = SMALL[s.point]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EnvWarning)  # the new id raises no alias warning
+        env = candidates.make_env(env_id, **kw)
+    ref = gym.make(env_id, disable_env_checker=True, **kw).unwrapped
+    assert type(env.core) is type(ref.core) and env.action_space == ref.action_space and env.registered_as == env_id
+    assert candidates.env_options(env_id, {"x": 1}) == {**s.options, "x": 1}
+    key = next(iter(s.options))
+    with pytest.raises(ConfigError, match=f"env.{key}: {env_id} is"):
+        candidates.make_env(env_id, **kw, **{key: "other"})
+    meta = {"point": s.point, "env_id": env_id, "env_kwargs": {}}
+    assert candidates.check_stored_agent(meta, "policy", "agent.json") is meta
+    old = {"point": s.point, "env_id": POINTS[s.point].env_id, "env_kwargs": dict(s.options)}
+    assert candidates.check_stored_agent(old, "policy", "agent.json") is old
+    other = next(p for p in POINTS if p != s.point)
+    with pytest.raises(ConfigError, match=f"names env_id '{env_id}'; an agent of the {other} point"):
+        candidates.check_stored_agent(dict(meta, point=other), "policy", "agent.json")
+
+
+def test_our_configs_name_each_formulation_by_its_id():
+    """No conf/env or conf/experiment composition gives a point's own id another formulation's options (the alias
+    form that warns): each names the formulation's id."""
+    import os
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    runs = [[]] + [[f"experiment={p.stem}"] for p in sorted((conf / "experiment").glob("*.yaml"))] \
+        + [[f"env={p.stem}"] for p in sorted((conf / "env").glob("*.yaml"))]
+    with initialize_config_dir(config_dir=os.fspath(conf), version_base=None):
+        for ov in runs:
+            env = OmegaConf.to_container(compose("train", overrides=ov)["env"], resolve=False)
+            assert env["id"] in SPECS, ov
+            chosen = formulation(SPECS[env["id"]].point, {**SPECS[env["id"]].options, **env["kwargs"]})
+            assert chosen.id == env["id"], f"{ov}: {env['id']} with {env['kwargs']} is {chosen.id}"

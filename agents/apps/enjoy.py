@@ -56,11 +56,14 @@ def candidate(data: dict) -> candidates.Candidate:
     return cand
 
 
-def _env_module(cand: candidates.Candidate):
+def _env_id(cand: candidates.Candidate) -> str:
     from pdgym.envs.sim.points import POINTS
 
-    env_id = cand.agent.meta["env_id"] if cand.agent is not None else POINTS[cand.point].env_id
-    return candidates.env_module(env_id)
+    return cand.agent.meta["env_id"] if cand.agent is not None else POINTS[cand.point].env_id
+
+
+def _env_module(cand: candidates.Candidate):
+    return candidates.env_module(_env_id(cand))
 
 
 def _env_class(cand: candidates.Candidate) -> type:
@@ -97,8 +100,8 @@ def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: 
         kwargs = {k: v for k, v in (data.get("policy") or {}).items() if k != cand.point and k in takes}
     config = {k: raw[k] for k in SIM_KEYS if k in raw}
     with named_by_stored_file(cand.agent.source if cand.agent is not None else None):  # policies stored settings name
-        env = _env_module(cand).make_env(scenario=data.get("scenario_name"), config=config, trace_split=None,
-                                         render_mode="rgb_array", **kwargs)
+        env = candidates.make_env(_env_id(cand), scenario=data.get("scenario_name"), config=config, trace_split=None,
+                                  render_mode="rgb_array", **kwargs)
     return env, seed
 
 

@@ -15,13 +15,35 @@ from typing import Any
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
+from pdgym.envs.specs import SPECS
 
 AGENT_META = "agent.json"
 
 
 def env_ids() -> list[str]:
-    """The ids of pdgym's own envs (one per decision point); gymnasium's registry holds others (CartPole-v1)."""
-    return [p.env_id for p in POINTS.values()]
+    """The ids of pdgym's own envs (each decision point's, each formulation's: envs/specs.py); gymnasium's
+    registry holds others (CartPole-v1)."""
+    return list(dict.fromkeys([*(p.env_id for p in POINTS.values()), *SPECS]))
+
+
+def env_point(env_id: str) -> str | None:
+    """The decision point whose env runs `env_id` (None: not one of pdgym's ids)."""
+    if env_id in SPECS:
+        return SPECS[env_id].point
+    return next((name for name, p in POINTS.items() if p.env_id == env_id), None)
+
+
+def env_options(env_id: str, kwargs: Mapping) -> dict:
+    """`kwargs` with the options `env_id` is registered with (its formulation's, envs/specs.py) under them, as
+    gym.make(env_id, **kwargs) would pass them: what make_env and AgentPolicy need to build that formulation."""
+    return {**(SPECS[env_id].options if env_id in SPECS else {}), **kwargs}
+
+
+def make_env(env_id: str, **kwargs):
+    """The raw env (no TimeLimit) of pdgym id `env_id` with `kwargs`, in the formulation the id names:
+    gym.make's options without its wrappers (a contradicting option is the env's ConfigError)."""
+    extra = {"registered_as": env_id} if env_id in SPECS else {}
+    return env_module(env_id).make_env(**env_options(env_id, kwargs), **extra)
 
 
 def env_module(env_id: str, key: str = "env.id"):
@@ -64,10 +86,10 @@ def check_stored_agent(meta: dict, key: str, path) -> dict:
     if meta["point"] not in POINTS:
         raise ConfigError(f"{key}: {path} names decision point {str(meta['point'])[:40]!r}; allowed: "
                           f"{', '.join(POINTS)}")
-    want = POINTS[meta["point"]].env_id
-    if meta["env_id"] != want:
+    if env_point(meta["env_id"]) != meta["point"]:
+        want = [i for i in env_ids() if env_point(i) == meta["point"]]
         raise ConfigError(f"{key}: {path} names env_id {str(meta['env_id'])[:80]!r}; an agent of the "
-                          f"{meta['point']} point runs in {want} (pdgym's envs: {', '.join(env_ids())})")
+                          f"{meta['point']} point runs in {', '.join(want)} (pdgym's envs: {', '.join(env_ids())})")
     bad = sorted(k for k in meta["env_kwargs"] if k in SET_BY_THE_APP or not isinstance(k, str))
     if bad:
         raise ConfigError(f"{key}: {path} has env_kwargs {bad}; those are set by the app running the agent, never "
@@ -111,7 +133,7 @@ class LoadedAgent:
         mod = env_module(self.meta["env_id"])
         budget = DecisionBudget(self.predict, DECISIONS_PER_REQUEST.get(self.point))
         with named_by_stored_file(self.source):
-            return mod.AgentPolicy(budget, **self.meta["env_kwargs"])
+            return mod.AgentPolicy(budget, **env_options(self.meta["env_id"], self.meta["env_kwargs"]))
 
 
 def load_agent(path: str | Path) -> LoadedAgent:

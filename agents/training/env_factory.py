@@ -61,7 +61,7 @@ class SegmentCycle(gym.Env):
 
 
 def _make(env_id: str, kwargs: dict) -> gym.Env:
-    return candidates.env_module(env_id).make_env(**kwargs)
+    return candidates.make_env(env_id, **kwargs)
 
 
 def env_kwargs(env, overrides: list[str]) -> dict:
