@@ -252,14 +252,14 @@ def alias_policy_argv(argv: list[str]) -> list[str]:
             for a in E.alias_policy_argv(argv)]
 
 
-# Root-config keys pdgym-enjoy composes but never reads: refused, not dropped (agents/common.refuse_unused).
+# Root-config keys pdgym-enjoy composes but never reads: refused, not dropped (agents/front_door.refuse_unused).
 UNUSED = {"compare": "pdgym-enjoy replays one policy", "trace": "pdgym-enjoy writes no trace: pdgym-sim trace=true does",
           "tables": "pdgym-enjoy writes no request tables", "plots": "pdgym-enjoy draws frames and a GIF (gif=true|false)"}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-enjoy: one-line errors and no run folder on bad input (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-enjoy: one-line errors and no run folder on bad input (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     hydra_cli(APP, "enjoy", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
 

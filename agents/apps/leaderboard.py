@@ -323,7 +323,7 @@ def _app_task(cfg) -> dict:
 
 
 def validate(cfg) -> None:
-    """`check_config` before Hydra creates the run folder (agents/common.hydra_cli): seeds, split, n_jobs,
+    """`check_config` before Hydra creates the run folder (agents/front_door.hydra_cli): seeds, split, n_jobs,
     metrics, budget_s, agents / train entries, and every scenario composed once."""
     from pdgym.agents.common import to_container
 
@@ -331,8 +331,8 @@ def validate(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     hydra_cli("pdgym-leaderboard", "leaderboard", validate=validate)(_app_task)(argv)
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from pdgym.agents.common import fail
+from pdgym.agents.errors import fail
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path

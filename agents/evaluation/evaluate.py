@@ -498,7 +498,7 @@ def check_split(data: dict) -> str | None:
 
 def checked(data: dict) -> tuple:
     """The config's checks that need no run, one place for `validate` (before Hydra creates the run folder,
-    agents/common.hydra_cli) and `_app`: (policy under test, seeds, split name, metrics to show, budget,
+    agents/front_door.hydra_cli) and `_app`: (policy under test, seeds, split name, metrics to show, budget,
     the policies at the other points)."""
     check_policy_given(data.get("eval_policy"))
     check_no_seed(data, "pdgym-eval runs every run index of seeds=[...] (e.g. seeds=[5])")
@@ -546,14 +546,14 @@ def validate(cfg) -> None:
     Simulator(sim_config_from(raw), pols, seed=seed).run(until=0.0)  # policies bound to the cluster
 
 
-# Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/common.refuse_unused).
+# Root-config keys pdgym-eval composes but never reads: refused, not dropped (agents/front_door.refuse_unused).
 UNUSED = {"compare": "pdgym-eval runs one policy: compare several with pdgym-leaderboard (or pdgym-sim compare=)",
           "trace": "pdgym-eval writes no trace: pdgym-sim trace=true does", "plots": "pdgym-eval draws no plots"}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-eval: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-eval: one-line errors, no run folder before the config is checked (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
 

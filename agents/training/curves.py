@@ -164,7 +164,7 @@ def check_out(out: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """Every run's agent.json, config.yaml and logs are read and checked before anything is drawn: a broken
     one is one line (exit 2) and no figure is written."""
-    from pdgym.agents.common import OneLineParser, fail
+    from pdgym.agents.errors import OneLineParser, fail
     from pdgym.agents.evaluation import candidates
     from pdgym.agents.evaluation import evaluate as E
 

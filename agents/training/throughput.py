@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-from pdgym.agents.common import OneLineParser
+from pdgym.agents.errors import OneLineParser
 
 
 def _venv(n: int, env_fields: dict):

@@ -285,8 +285,8 @@ def unused_keys() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> float | None:
-    """pdgym-train: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-train: one-line errors, no run folder before the config composes (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     return hydra_cli("pdgym-train", "train", validate=_check, unused=unused_keys())(_task)(argv)
 

@@ -24,7 +24,8 @@ import os
 import sys
 from pathlib import Path
 
-from pdgym.agents.common import OneLineParser, commit_id, one_line_errors
+from pdgym.agents.common import commit_id
+from pdgym.agents.errors import OneLineParser, one_line_errors
 from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.learned import model_store, zoo
