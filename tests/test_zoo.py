@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.runner import run_one
 from pdgym.agents.learned import zoo
 from pdgym.agents.learned.model_store import ModelFileError
 from pdgym.agents.zoo import curate
@@ -119,7 +119,7 @@ def test_an_agent_on_another_cluster_shape_is_one_line():
     cand = candidates.resolve("zoo:prefix_mooncake")
     with pytest.raises(ConfigError, match="agent takes observations of 773 values and this scenario gives 293"
                                           ".*scenario=prefix_mooncake: add it"):
-        E.run_one(raw, raw["policy"], cand, None, 0)
+        run_one(raw, raw["policy"], cand, None, 0)
 
 
 @pytest.fixture()

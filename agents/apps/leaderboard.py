@@ -47,7 +47,6 @@ import pandas as pd
 from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
 from pdgym.agents.evaluation import candidates, stalls, transfer
-from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
 from pdgym.agents.evaluation.leaderboard_run import (
@@ -69,6 +68,8 @@ from pdgym.agents.evaluation.leaderboard_stats import (
     standings,
     summarise,
 )
+from pdgym.agents.evaluation.metric_keys import check_metric_names
+from pdgym.agents.evaluation.runner import check_budget, check_policies
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path, write_json
 from pdgym.envs.sim.validation import check_bool, check_seed_list
@@ -117,10 +118,10 @@ def check_config(cfg: dict) -> dict:
     n_jobs = cfg.get("n_jobs")
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
         raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
-    E.check_metric_names("metrics", cfg.get("metrics"))
+    check_metric_names("metrics", cfg.get("metrics"))
     for key in ("allow_stalled", "tolerate_failures"):
         check_bool(cfg.get(key, False), key)
-    E.check_budget("budget_s", cfg.get("budget_s"))
+    check_budget("budget_s", cfg.get("budget_s"))
     for key in ("plots", "print", "progress"):  # `maybe`, 3: not a truth value
         check_bool(cfg.get(key, False), key)
     cap = cfg.get("capacity_requests")
@@ -150,7 +151,7 @@ def check_config(cfg: dict) -> dict:
         raise ConfigError("scenarios: none left to run")
     for sc in scenarios:  # compose each scenario once: a bad override fails here, before any run
         sc.raw()
-        E.check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
+        check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
         check_candidates(sc)
     for a in cfg.get("agents") or []:  # a broken agent fails the board here, not inside it
         try:
@@ -234,7 +235,7 @@ def build(cfg: dict) -> dict:
     checked = check_config(cfg)
     scenarios, seeds = checked["scenarios"], checked["seeds"]
     split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
-    budget = E.check_budget("budget_s", cfg.get("budget_s"))
+    budget = check_budget("budget_s", cfg.get("budget_s"))
     root = Path(cfg["out_dir"])
     folder = board_dir(root)
     out = folder.path

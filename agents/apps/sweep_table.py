@@ -88,7 +88,7 @@ def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    from pdgym.agents.evaluation.evaluate import interval
+    from pdgym.agents.evaluation.stats import interval
 
     out = []
     for group, sub in runs.groupby("group", sort=False):

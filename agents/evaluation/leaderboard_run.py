@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from pdgym.agents.common import check_label
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, POINTS
+from pdgym.agents.evaluation.runner import run_one
 from pdgym.envs.sim.config import ConfigError
 
 
@@ -75,10 +76,10 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
         for k in ("scenario", "point", "primary"):
             if k not in s:
                 raise ConfigError(f"scenarios.{key}.{k}: missing")
-        if s["point"] not in E.POINTS:
-            raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(E.POINTS)}")
-        if s["primary"] not in E.METRIC_KEYS:
-            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(E.METRIC_KEYS)}")
+        if s["point"] not in POINTS:
+            raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(POINTS)}")
+        if s["primary"] not in METRIC_KEYS:
+            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(METRIC_KEYS)}")
         for k in s.get("regime") or {}:
             if k not in REGIME_KEYS:
                 raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")
@@ -146,7 +147,7 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
             extra = tuple(spec.pop("overrides"))
         cand = _resolve_cached(label, kind, spec, sc.point)
         raw = sc.raw(rate, extra)
-        out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
+        out = run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
@@ -187,7 +188,7 @@ def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | 
         burst_wl["phases"] = [dict(ph, rate=None) for ph in wl["phases"]]
     burst = dict(raw, workload=burst_wl)
     cand = candidates.resolve(regime_policy(sc), sc.point)
-    out = E.run_one(burst, raw["policy"], cand, split, 0)
+    out = run_one(burst, raw["policy"], cand, split, 0)
     fin = out.result.requests.query("status == 'finished'")
     f = np.sort((fin.first_token if sc.point == "prefill" else fin.finish).to_numpy())
     if len(f) < 10:

@@ -27,8 +27,10 @@ from pathlib import Path
 from pdgym.agents.common import commit_id
 from pdgym.agents.errors import OneLineParser, one_line_errors
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.runner import evaluate
+from pdgym.agents.evaluation.stats import paired_ratio
 from pdgym.agents.learned import model_store, zoo
+from pdgym.envs.scenario import trace_splits
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 
@@ -65,8 +67,8 @@ def score(ent: dict, cand: candidates.Candidate) -> dict:
 
     r = ent["rescore"]
     raw = load_scenario(ent["scenario"], merged(ent["overrides"], r["overrides"])).raw
-    split = E.default_splits()[r["split"]] if r["split"] else None
-    ev = E.evaluate(raw, cand, [int(s) for s in r["seeds"]], split)
+    split = trace_splits()[r["split"]] if r["split"] else None
+    ev = evaluate(raw, cand, [int(s) for s in r["seeds"]], split)
     return {m: [_value(run[m]) for run in ev.per_seed] for m in metrics_of(ent)}
 
 
@@ -131,8 +133,8 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
         raise ConfigError(f"run: {run} is not a pdgym-train run folder")
     if not command.strip():
         raise ConfigError("command: give the command that trained the run (docs/results.md quotes it)")
-    if split is not None and split not in E.default_splits():
-        raise ConfigError(f"split: got {split!r}; allowed: {', '.join(E.default_splits())}, null")
+    if split is not None and split not in trace_splits():
+        raise ConfigError(f"split: got {split!r}; allowed: {', '.join(trace_splits())}, null")
     src = candidates.model_file(run)
     meta = candidates.read_agent_meta(run, "run")
     data = safe_files.read_bytes(src, model_store.MAX_MODEL_BYTES, "model file", within=run)
@@ -183,7 +185,7 @@ def summary_line(name: str, ent: dict) -> str:
             f"{primary} on {ent['rescore']['split']} seeds {ent['rescore']['seeds']}: {show(vals)}")
     ref = ent.get("reference")
     if ref and ref["per_seed"].get(primary):
-        p = E.paired_ratio(vals, ref["per_seed"][primary])
+        p = paired_ratio(vals, ref["per_seed"][primary])
         line += f"; {ref['policy']} {show(ref['per_seed'][primary])} (agent {p['rel']:+.1%})"
     return line
 
