@@ -21,7 +21,7 @@ from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
 from pdgym.agents.evaluation.runner import evaluate, run_one
 from pdgym.agents.evaluation.stats import interval
 from pdgym.agents.learned import model_store
-from pdgym.agents.learned.features import SlotSetExtractor, policy_kwargs
+from pdgym.agents.learned.extractors import SlotSetExtractor, policy_kwargs
 from pdgym.agents.training import imitation
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.envs.scenario import load_scenario, trace_splits
@@ -70,7 +70,7 @@ def test_set_extractor_is_permutation_invariant_and_ignores_padding():
 
 
 def test_pointer_logits_follow_the_workers():
-    from pdgym.agents.learned.features import SlotPointerExtractor
+    from pdgym.agents.learned.extractors import SlotPointerExtractor
 
     n, d, g = 5, 3, 2
     space = spaces.Box(-np.inf, np.inf, (g + n * d,), np.float32)
@@ -552,7 +552,7 @@ def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
     for name in ("best_model.zip", "final_model.zip"):
         (run / name).rename(tmp_path / name)
     assert L.agent_point(str(run)) == "decode"
-    cand = L._resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
+    cand = L.resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
     assert cand.agent.path.name == "model_128.zip"
     with pytest.raises(ConfigError, match="not a pdgym model file"):
         candidates.resolve(str(trap))

@@ -227,7 +227,7 @@ def test_the_regime_policy_runs_even_when_the_baselines_leave_it_out(tmp_path):
     cfg["scenarios"]["decode_ht_n16"]["baselines"] = ["jsq", "random"]  # regime_policy is least_kv
     sc = next(s for s in L.check_config(cfg)["scenarios"] if s.key == "decode_ht_n16")
     assert L.regime_policy(sc) == "least_kv"
-    labels = [label for label, _, _ in L._candidates(sc, [])]
+    labels = [label for label, _, _ in L.board_candidates(sc, [])]
     assert labels == ["jsq", "random", "least_kv"]  # else the regime would be measured on no runs (NaN, flagged)
 
 

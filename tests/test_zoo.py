@@ -1,4 +1,4 @@
-"""The zoo (agents/zoo, agents/learned/zoo.py): every shipped agent re-scores to the per-seed values committed in
+"""The zoo (agents/zoo, agents/learned/zoo_store.py): every shipped agent re-scores to the per-seed values committed in
 its index entry, the zoo stays under 5 MB, a name is checked before it touches a path, an unknown one is one line
 listing the available ones, a changed archive is refused, and the add tool writes an entry that re-scores."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pdgym.agents.evaluation import candidates
 from pdgym.agents.evaluation.runner import run_one
-from pdgym.agents.learned import zoo
+from pdgym.agents.learned import zoo_store as zoo
 from pdgym.agents.learned.model_store import ModelFileError
 from pdgym.agents.zoo import curate
 from pdgym.envs.sim.config import ConfigError

@@ -51,12 +51,12 @@ from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
 from pdgym.agents.evaluation.leaderboard_run import (
     BoardScenario,
-    _candidates,
-    _resolve_cached,
     agent_point,
+    board_candidates,
     board_scenarios,
     measure_capacity,
     regime_policy,
+    resolve_cached,
     run_board,
 )
 from pdgym.agents.evaluation.leaderboard_stats import (
@@ -75,8 +75,8 @@ from pdgym.envs.sim.metrics import atomic_path, write_json
 from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 # The app, and the board's pieces importable from it as before the split (tests, notebooks).
-__all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "_candidates",
-           "_resolve_cached"]
+__all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "board_candidates",
+           "resolve_cached"]
 
 
 # --------------------------------------------------------------------------- training entries
@@ -171,7 +171,7 @@ def check_config(cfg: dict) -> dict:
 def check_candidates(sc: BoardScenario) -> None:
     """Every baseline and headroom row of a scenario names a policy of its decision point (`baselines=[nope]` ran
     to a board that noted the failure inside it, exit 0); their parameters are checked by each run."""
-    for label, kind, spec in _candidates(sc, []):
+    for label, kind, spec in board_candidates(sc, []):
         try:
             candidates.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
         except ConfigError as exc:
@@ -258,9 +258,9 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
     for sc in scenarios:  # an agent ranked on another scenario than its training one: one line each (a transfer)
-        for label, kind, spec in _candidates(sc, agents):
+        for label, kind, spec in board_candidates(sc, agents):
             if kind == "agent":
-                transfer.warn_transfer("pdgym-leaderboard", label, _resolve_cached(label, kind, spec, sc.point),
+                transfer.warn_transfer("pdgym-leaderboard", label, resolve_cached(label, kind, spec, sc.point),
                                        sc.scenario)
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
                 if sc.regime or sc.load}

@@ -100,7 +100,7 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
 
 
 # --------------------------------------------------------------------------- running
-def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
+def board_candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
     """(label, kind, spec) of everything ranked on a scenario; kind: baseline | headroom | agent;
     spec: baseline spec or model path."""
     from pdgym.baselines import registered
@@ -126,10 +126,10 @@ def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, A
 
 def agent_point(path: str) -> str:
     """Decision point of a trained agent, from its agent.json or zoo entry (no model loading)."""
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store
 
-    if zoo.is_zoo(path):
-        return zoo.entry(path.removeprefix(zoo.PREFIX), key="agents")["agent"]["point"]
+    if zoo_store.is_zoo(path):
+        return zoo_store.entry(path.removeprefix(zoo_store.PREFIX), key="agents")["agent"]["point"]
     p = candidates.model_file(Path(path))
     for d in (p.parent, p.parent.parent):
         if os.path.lexists(d / candidates.AGENT_META):
@@ -145,7 +145,7 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
         if isinstance(spec, dict) and "overrides" in spec:  # a headroom row that changes the cluster (hindsight eviction)
             spec = dict(spec)
             extra = tuple(spec.pop("overrides"))
-        cand = _resolve_cached(label, kind, spec, sc.point)
+        cand = resolve_cached(label, kind, spec, sc.point)
         raw = sc.raw(rate, extra)
         out = run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
@@ -156,7 +156,7 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
 _CACHE: dict = {}
 
 
-def _resolve_cached(label: str, kind: str, spec, point: str) -> candidates.Candidate:
+def resolve_cached(label: str, kind: str, spec, point: str) -> candidates.Candidate:
     key = (label, kind, spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True), point)  # lists too
     if key not in _CACHE:
         _CACHE[key] = candidates.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
@@ -205,7 +205,7 @@ def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[in
     from tqdm import tqdm
 
     rates = rates or {}
-    jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in _candidates(sc, agents)
+    jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in board_candidates(sc, agents)
             for i in seeds]
     par = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)
     results = par(delayed(_task)(sc, label, kind, spec, split, i, rates.get(sc.key), budget_s)
