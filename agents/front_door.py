@@ -292,8 +292,11 @@ class FrontDoor(Callback):
         door = _DOOR[-1]
         door.composed, door.single = True, False
         job = None
-        for overrides in sweep_jobs_checked(door.app, door.config_name, door.overrides):
-            cfg = compose_job(door.app, door.config_name, overrides)
+        # every job composed before any is validated: a validate hook may compose a scenario itself
+        # (envs/scenario.load_scenario), which clears the Hydra instance the Compose API needs
+        jobs = [(o, compose_job(door.app, door.config_name, o))
+                for o in sweep_jobs_checked(door.app, door.config_name, door.overrides)]
+        for overrides, cfg in jobs:
             job = check_resolves(door.app, cfg, overrides, door.config_name)
             with resolving(cfg):
                 validated(door.app, door.validate, job, f" (job {' '.join(overrides)})")
