@@ -69,3 +69,16 @@ def test_no_private_name_of_another_module_is_reached(folder):
         package = ".".join([PACKAGES[folder], *rel.parts[:-1]])
         bad += [f"{path.relative_to(ROOT)}: {r}" for r in private_reaches(path.read_text(), modules, package)]
     assert not bad, "private names reached across modules:\n" + "\n".join(bad)
+
+
+def test_no_module_uses_hydras_internals():
+    """The Hydra front door runs on Hydra's public API (hydra.main, callbacks, the Compose API): `hydra._internal`
+    changes without notice between Hydra releases."""
+    bad = []
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("hydra._internal")]
+    assert not bad, "hydra._internal imported:\n" + "\n".join(bad)
