@@ -15,8 +15,9 @@ Three shims remain, each because Hydra 1.3's public API offers no other way:
 - `command_line`: hydra.main reads its command line from sys.argv only (it has no argv parameter), so `main(argv)`
   called from Python (tests, scripts) and the `policy=X` alias of pdgym-eval / -enjoy (`rewrite_argv`: `policy` is
   also a config group) set sys.argv for the call, and put it back.
-- `raising_hydra_errors`: HYDRA_FULL_ERROR=1 for the call, Hydra's documented switch that makes it raise its
+- `raising_hydra_errors`: HYDRA_FULL_ERROR=1 for Hydra's own code, its documented switch that makes it raise its
   composition errors instead of printing them over many lines and exiting 1; they are turned into one line here.
+  pdgym's checks and the task see the user's own value (`users_environment`).
 - agents/compose.resolving: `${hydra:...}` resolves only against the global HydraConfig, which Hydra sets only in
   run_job (after creating the folder); the checks of `on_run_start` set it, as run_job's first line does, and put
   the previous one back.
@@ -281,7 +282,7 @@ class FrontDoor(Callback):
         door = _DOOR[-1]
         door.composed = True
         job = check_resolves(door.app, config, door.overrides, door.config_name)
-        with resolving(config):  # train's validate reads the run folder, and its template ${hydra:...}
+        with resolving(config), users_environment():  # train's validate reads the run folder (${hydra:...})
             validated(door.app, door.validate, job)
             door.folder = _claimed(door.app, lambda: run_folder.claim_hydra(
                 config.hydra, job, "run", door.app, _given(door.overrides, "hydra.run.dir")))
@@ -298,7 +299,7 @@ class FrontDoor(Callback):
                 for o in sweep_jobs_checked(door.app, door.config_name, door.overrides)]
         for overrides, cfg in jobs:
             job = check_resolves(door.app, cfg, overrides, door.config_name)
-            with resolving(cfg):
+            with resolving(cfg), users_environment():
                 validated(door.app, door.validate, job, f" (job {' '.join(overrides)})")
             check_plugins(door.app, cfg.hydra)
         with resolving(config):
@@ -320,19 +321,42 @@ def command_line(args: list[str]) -> Iterator[None]:
         sys.argv = saved
 
 
+def _set_full_error(value: str | None) -> None:
+    if value is None:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+    else:
+        os.environ["HYDRA_FULL_ERROR"] = value
+
+
+_USERS_FULL_ERROR: list[str | None] = []  # the user's HYDRA_FULL_ERROR while `raising_hydra_errors` replaces it
+
+
 @contextlib.contextmanager
 def raising_hydra_errors() -> Iterator[None]:
-    """HYDRA_FULL_ERROR=1 within the block: Hydra raises its errors (documented: "Set the environment variable
-    HYDRA_FULL_ERROR=1 for a complete stack trace") rather than printing them and exiting 1."""
-    saved = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
+    """HYDRA_FULL_ERROR=1 within the block, for Hydra's own code: Hydra raises its errors (documented: "Set the
+    environment variable HYDRA_FULL_ERROR=1 for a complete stack trace") rather than printing them and exiting 1.
+    pdgym's code inside the block (the callback's checks, the task) sees the user's value (`users_environment`)."""
+    _USERS_FULL_ERROR.append(os.environ.get("HYDRA_FULL_ERROR"))
+    _set_full_error("1")
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved
+        _set_full_error(_USERS_FULL_ERROR.pop())
+
+
+@contextlib.contextmanager
+def users_environment() -> Iterator[None]:
+    """Within `raising_hydra_errors`: the user's own HYDRA_FULL_ERROR again (a policy prints its traceback only
+    when the user asked for it), and Hydra's afterwards."""
+    if not _USERS_FULL_ERROR:
+        yield
+        return
+    hydras = os.environ.get("HYDRA_FULL_ERROR")
+    _set_full_error(_USERS_FULL_ERROR[-1])
+    try:
+        yield
+    finally:
+        _set_full_error(hydras)
 
 
 # --------------------------------------------------------------------------- the decorator
@@ -353,7 +377,8 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
 
         def task(cfg: DictConfig) -> Any:
             target = getattr(importlib.import_module(mod), name)
-            return one_line_errors(app)(getattr(target, "__wrapped__", target))(cfg)
+            with users_environment():
+                return one_line_errors(app)(getattr(target, "__wrapped__", target))(cfg)
 
         task.__module__ = mod  # Hydra names the job after the app's module
 
