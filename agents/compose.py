@@ -26,11 +26,13 @@ def compose_error_line(exc: BaseException, overrides: list[str], config_name: st
 
     if isinstance(exc, (HydraException, OmegaConfBaseException)):
         return hydra_error_line(exc, overrides, config_name)
-    if isinstance(exc, ValueError):  # Hydra's own checks of the defaults list (a config group set to null)
+    if isinstance(exc, ValueError):  # Hydra's own checks: of the defaults list (a config group set to null), of flags
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         culprit = next((o for o in overrides if o.split("=", 1)[-1] == "null" and group_options(o.split("=")[0])),
-                       "config")
-        return (f"{culprit}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; pick "
-                f"one of: {', '.join(group_options(culprit.split('=')[0]))}")
+                       None)
+        if culprit is None:
+            return first
+        return f"{culprit}: {first}; pick one of: {', '.join(group_options(culprit.split('=')[0]))}"
     return None
 
 

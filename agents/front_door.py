@@ -307,7 +307,7 @@ class FrontDoor(Callback):
                 config.hydra, job, "sweep", door.app, _given(door.overrides, "hydra.sweep.dir")))
 
 
-# --------------------------------------------------------------------------- the two shims around hydra.main
+# --------------------------------------------------------------------------- the shims around hydra.main
 @contextlib.contextmanager
 def command_line(args: list[str]) -> Iterator[None]:
     """sys.argv is `args` within the block: hydra.main reads its command line from sys.argv only (Hydra 1.3 has no
