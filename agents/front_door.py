@@ -405,7 +405,8 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             door = Door(app, config_name, overrides, validate)
             _DOOR.append(door)
             try:
-                with command_line(args), raising_hydra_errors():
+                # flags first: Hydra's argparse takes the overrides as one positional list (tests put some before -m)
+                with command_line([*flags, *overrides]), raising_hydra_errors():
                     hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name=config_name)(task)()
             except BaseException as exc:
                 if door.folder is not None:
