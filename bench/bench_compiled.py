@@ -149,7 +149,8 @@ def decode_tier_loop(pool_t, prompt, output, dp, batch_limit, kv_cap, c_tok, m_t
 def python_run():
     """The Python engine on the scenario: (a simulator that noted its pool entries, whole-run seconds of an
     unobserved run, the decode chain's share of a profiled run)."""
-    from pdgym.agents.common import compose_checked, policy_spec, sim_config_from
+    from pdgym.agents.common import policy_spec, sim_config_from
+    from pdgym.agents.compose import compose_checked
     from pdgym.baselines import make_policies
     from pdgym.envs.sim import Simulator
     from pdgym.envs.sim.events import EventKind

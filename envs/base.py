@@ -38,6 +38,7 @@ from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.validation import check_choice, check_float
 from pdgym.envs.specs import SPECS, check_formulation
+from pdgym.envs.splits import split_rows
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
 0.5 are not members of Discrete(n); a Box action is cast to float32 and must have the box's shape and
@@ -156,9 +157,9 @@ EPISODE_REQUESTS = 600
 class TraceWindow:
     """Which rows of a trace an episode replays.
 
-    On a trace workload (workload.arrival = trace) with `trace_split` set (default "train"), every
-    reset draws the window's first row uniformly from the split's rows (conf/splits/default.yaml:
-    train [0, 45%), val [45%, 55%), test [55%, 100%) of the trace's rows, disjoint), so seeds give
+    On a workload that reads a trace (workload.trace set) with `trace_split` set (default "train"), every
+    reset draws the window's first row uniformly from the split's rows (envs/splits.py, the rule evaluation
+    uses; conf/splits/default.yaml: train [0, 45%), val [45%, 55%), test [55%, 100%), disjoint), so seeds give
     different stretches of traffic and training never sees the evaluation rows. The window holds
     workload.num_requests rows when `overrides` or `config` set it, else min(EPISODE_REQUESTS, the
     scenario's num_requests), at most the split's. A `workload.trace_offset` given in `overrides`
@@ -172,15 +173,10 @@ class TraceWindow:
             check_choice(split, "env.trace_split", tuple(splits))
         wl = sim_config.workload
         self.rows: tuple[int, int, int] | None = None  # (lo, hi, n)
-        if split is None or pinned or wl.arrival != "trace":
+        if split is None or pinned or wl.trace is None:  # every workload reading a trace (envs/splits.py)
             return
-        from pdgym.envs.sim.traces import load_trace
-
-        total = len(load_trace(wl.trace))
-        lo, hi = int(splits[split]["trace_from"] * total), int(splits[split]["trace_to"] * total)
-        if hi <= lo:
-            raise ConfigError(f"env.trace_split: split {split!r} holds no rows of {wl.trace!r} ({total} rows)")
-        n = min(int(wl.num_requests) if requests_given else min(int(wl.num_requests), EPISODE_REQUESTS), hi - lo)
+        wanted = int(wl.num_requests) if requests_given else min(int(wl.num_requests), EPISODE_REQUESTS)
+        lo, hi, n = split_rows(wl.trace, splits[split], wanted, key=f"env.trace_split={split}")
         if n == hi - lo:
             what = (f"workload.num_requests={wl.num_requests} fills" if requests_given else
                     f"an episode's default {EPISODE_REQUESTS} requests fill")

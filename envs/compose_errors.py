@@ -1,6 +1,6 @@
 """Hydra composition errors as one line: the key, what is wrong, what is allowed.
 
-Shared by the command-line apps (agents/common.hydra_cli) and the Python API (envs/scenario.load_scenario,
+Shared by the command-line apps (agents/front_door.hydra_cli) and the Python API (envs/scenario.load_scenario,
 so `gym.make(..., overrides=["bad.key=1"])` names the key and lists the keys next to it, as the CLI does).
 """
 

@@ -7,7 +7,7 @@ i D + d, masked to the healthy instances), and the observation has one row per u
 router reads - the candidate's cached-prefix hit on the unit (HBM and host tier), the unit's backlog,
 its instance's pass in progress and recent pass time, the cache's occupancy - and, as more row
 features, Conductor's own estimate built from them, its gap to the best unit's and a flag on the unit it
-picks, so that a shared per-unit scorer (the pointer extractor, agents/learned/features.py) makes
+picks, so that a shared per-unit scorer (the pointer extractor, agents/learned/extractors.py) makes
 cache_ttft's choice one easy action (without the flag, cloning reached 0.80 held-out accuracy: near-ties
 of the estimate need sharp logits) and learning starts from it and decides where to deviate. The reward
 is the env's (minus the TTFT waiting time accrued between decisions).

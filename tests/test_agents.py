@@ -17,13 +17,16 @@ import pytest
 import torch
 from gymnasium import spaces
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
+from pdgym.agents.evaluation.runner import evaluate, run_one
+from pdgym.agents.evaluation.stats import interval
 from pdgym.agents.learned import model_store
-from pdgym.agents.learned.features import SlotSetExtractor, policy_kwargs
+from pdgym.agents.learned.extractors import SlotSetExtractor, policy_kwargs
 from pdgym.agents.training import imitation
 from pdgym.agents.training.train import train_from_overrides
-from pdgym.envs.scenario import load_scenario
+from pdgym.envs.scenario import load_scenario, trace_splits
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.splits import segment, split_seed
 
 ENV = "decode_routing"
 # An untrained router can spend a whole pool of SKIPs per step or admit one request at a time: no SKIP
@@ -67,7 +70,7 @@ def test_set_extractor_is_permutation_invariant_and_ignores_padding():
 
 
 def test_pointer_logits_follow_the_workers():
-    from pdgym.agents.learned.features import SlotPointerExtractor
+    from pdgym.agents.learned.extractors import SlotPointerExtractor
 
     n, d, g = 5, 3, 2
     space = spaces.Box(-np.inf, np.inf, (g + n * d,), np.float32)
@@ -96,26 +99,26 @@ def test_extractor_layout_errors_are_one_line():
 
 # --------------------------------------------------------------------------- statistics and splits
 def test_interval_is_a_bootstrap_interval_inside_the_values():
-    s = E.interval([1.0, 2.0, 3.0, float("nan")])
+    s = interval([1.0, 2.0, 3.0, float("nan")])
     assert s["n"] == 3 and s["mean"] == pytest.approx(2.0) and s["std"] == pytest.approx(1.0)
     assert 1.0 <= s["ci_low"] < 2.0 < s["ci_high"] <= 3.0
-    one = E.interval([5.0])
+    one = interval([5.0])
     assert one["ci_low"] == one["ci_high"] == 5.0
 
 
 def test_splits_replay_disjoint_trace_rows():
-    splits = E.default_splits()
+    splits = trace_splits()
     wl = {"trace": "azure_conv", "num_requests": 1000}
     used = {}
     for name, sp in splits.items():
         rows = set()
         for i in range(6):
-            seg = E.segment(wl, sp, i)
+            seg = segment(wl, sp, i)
             rows |= set(range(seg["trace_offset"], seg["trace_offset"] + seg["num_requests"]))
         used[name] = rows
     assert not used["train"] & used["test"] and not used["train"] & used["val"] and not used["val"] & used["test"]
-    assert E.segment({"trace": None, "num_requests": 5}, splits["test"], 3) == {}
-    assert E.split_seed(splits["test"], 2) == 2 and E.split_seed(splits["train"], 2) == 1002
+    assert segment({"trace": None, "num_requests": 5}, splits["test"], 3) == {}
+    assert split_seed(splits["test"], 2) == 2 and split_seed(splits["train"], 2) == 1002
 
 
 # --------------------------------------------------------------------------- pdgym-eval
@@ -165,7 +168,7 @@ def test_each_algorithm_trains_and_evaluates_through_simulate(tmp_path, algo):
     from pdgym.envs.scenario import load_scenario
 
     raw = load_scenario("decode_tier_n16", ["workload.num_requests=100", "max_sim_time_s=8"]).raw
-    ev = E.evaluate(raw, cand, [0], E.default_splits()["test"])
+    ev = evaluate(raw, cand, [0], trace_splits()["test"])
     assert ev.per_seed[0]["finished"] + ev.per_seed[0]["rejected"] == 100
 
 
@@ -213,7 +216,7 @@ def test_an_evaluation_that_stopped_early_is_never_the_best_model(tmp_path):
 
     from pdgym.agents.training import callbacks as C
 
-    stats = {k: {"mean": 1.0} for k in E.METRIC_KEYS}
+    stats = {k: {"mean": 1.0} for k in METRIC_KEYS}
     saved = []
     ev = C.HeldOutEval(lambda model: {**stats, C.STOPPED: {0: "stalled: ..."}}, 0, "imbalance_mean", tmp_path,
                        lambda model, path: saved.append(path))
@@ -411,9 +414,9 @@ def test_composition_recipe_clones_a_teacher_given_as_a_spec_and_saves_reward_on
     assert agent.point == "prefill"
     scen = {"workload.num_requests": 400}
     raw = load_scenario("ds_v3_h800_3p1d", [f"{k}={v}" for k, v in scen.items()]).raw
-    got = E.run_one(raw, raw["policy"], candidates.resolve(str(tmp_path), "prefill"), None, 0).metrics["ttft_mean"]
-    rule = E.run_one(raw, raw["policy"], candidates.resolve({"name": "sbs", "compose": "length"}, "prefill"), None, 0)
-    sbs = E.run_one(raw, raw["policy"], candidates.resolve("sbs", "prefill"), None, 0).metrics["ttft_mean"]
+    got = run_one(raw, raw["policy"], candidates.resolve(str(tmp_path), "prefill"), None, 0).metrics["ttft_mean"]
+    rule = run_one(raw, raw["policy"], candidates.resolve({"name": "sbs", "compose": "length"}, "prefill"), None, 0)
+    sbs = run_one(raw, raw["policy"], candidates.resolve("sbs", "prefill"), None, 0).metrics["ttft_mean"]
     assert abs(got - rule.metrics["ttft_mean"]) < 0.5 * abs(sbs - rule.metrics["ttft_mean"])  # nearer the teacher
 
 
@@ -549,7 +552,7 @@ def test_loading_a_run_executes_nothing_from_its_files(tmp_path):
     for name in ("best_model.zip", "final_model.zip"):
         (run / name).rename(tmp_path / name)
     assert L.agent_point(str(run)) == "decode"
-    cand = L._resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
+    cand = L.resolve_cached("agent", "agent", str(run), "decode")  # newest *whole* checkpoint, not the trap
     assert cand.agent.path.name == "model_128.zip"
     with pytest.raises(ConfigError, match="not a pdgym model file"):
         candidates.resolve(str(trap))

@@ -27,7 +27,7 @@ def test_every_relative_link_of_the_docs_resolves():
 
 
 def test_concepts_defines_every_reported_metric_and_acronym_and_the_readme_links_it_first():
-    from pdgym.agents.evaluation.evaluate import METRIC_KEYS
+    from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
 
     text = (ROOT / "docs" / "concepts.md").read_text()
     rows = {m for line in text.splitlines() if line.startswith("| `") for m in re.findall(r"`(\w+)`", line.split("|")[1])}

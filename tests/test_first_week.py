@@ -162,13 +162,13 @@ def test_simulate_says_policies_is_a_mapping_with_an_example():
 
 def test_evaluate_entry_points_name_what_they_take():
     from pdgym.agents.evaluation import candidates
-    from pdgym.agents.evaluation import evaluate as E
+    from pdgym.agents.evaluation.runner import evaluate
 
     assert _error(lambda: candidates.resolve(3)).startswith("policy: got 3; must be a baseline name")
     sc = load_scenario_("decode_tier_n8", ["workload.num_requests=20"])
     cand = candidates.resolve("least_kv")
-    assert _error(lambda: E.evaluate(sc.raw, cand, 3)).startswith("seeds: got 3; must be a non-empty list")
-    assert "load_scenario('decode_tier_n16').raw" in _error(lambda: E.evaluate(sc.sim, cand, [0]))
+    assert _error(lambda: evaluate(sc.raw, cand, 3)).startswith("seeds: got 3; must be a non-empty list")
+    assert "load_scenario('decode_tier_n16').raw" in _error(lambda: evaluate(sc.sim, cand, [0]))
 
 
 # --------------------------------------------------------------------------- (c) gym.make's own defaults

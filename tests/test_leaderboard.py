@@ -18,11 +18,14 @@ import pytest
 from pdgym.agents.apps import leaderboard as L
 from pdgym.agents.common import sim_config_from
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.runner import run_bounded, run_one
+from pdgym.agents.evaluation.stats import describe, interval, paired_ratio, verdict
 from pdgym.agents.training.train import train_from_overrides
 from pdgym.baselines import make_policies
-from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import DecodeRouter, simulate
+from pdgym.envs.scenario import load_scenario, trace_splits
+from pdgym.envs.sim import DecodeRouter, SimResult, Simulator, simulate
+from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.splits import apply_split
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
@@ -57,24 +60,24 @@ def board(tmp_path_factory):
 
 # --------------------------------------------------------------------------- statistics
 def test_interval_stays_inside_the_values_so_non_negative_metrics_keep_non_negative_bounds():
-    s = E.interval([0.0, 0.0, 0.0, 12.0, float("nan")])  # a Student-t interval would go below zero here
+    s = interval([0.0, 0.0, 0.0, 12.0, float("nan")])  # a Student-t interval would go below zero here
     assert s["n"] == 4 and s["mean"] == pytest.approx(3.0)
     assert 0.0 <= s["ci_low"] <= s["mean"] <= s["ci_high"] <= 12.0
-    assert E.interval([5.0])["ci_low"] == E.interval([5.0])["ci_high"] == 5.0
+    assert interval([5.0])["ci_low"] == interval([5.0])["ci_high"] == 5.0
 
 
 def test_paired_ratio_sees_a_constant_ratio_through_seed_noise():
     y = np.array([10.0, 200.0, 35.0, 4000.0])  # seeds differ by orders of magnitude ...
-    p = E.paired_ratio(1.1 * y, y)  # ... the policy is 10% above the reference on every seed
+    p = paired_ratio(1.1 * y, y)  # ... the policy is 10% above the reference on every seed
     assert p["rel"] == pytest.approx(0.1) and p["ci_low"] == pytest.approx(0.1) and p["ci_high"] == pytest.approx(0.1)
-    assert E.interval(1.1 * y)["ci_low"] < E.interval(y)["ci_high"]  # unpaired intervals overlap
+    assert interval(1.1 * y)["ci_low"] < interval(y)["ci_high"]  # unpaired intervals overlap
 
 
 def test_wording_follows_the_metric_direction():
-    worse = E.describe("imbalance_mean", "agent", "least_kv", {"rel": 0.272, "ci_low": 0.1, "ci_high": 0.4, "n": 5})
+    worse = describe("imbalance_mean", "agent", "least_kv", {"rel": 0.272, "ci_low": 0.1, "ci_high": 0.4, "n": 5})
     assert worse.startswith("agent is 27.2% worse than least_kv") and "lower is better" in worse
-    assert E.verdict("rps", 0.05, 0.01, 0.09) == "better" and E.verdict("ttft_mean", 0.05, 0.01, 0.09) == "worse"
-    assert E.verdict("rps", 0.05, -0.01, 0.09) == "no clear difference"
+    assert verdict("rps", 0.05, 0.01, 0.09) == "better" and verdict("ttft_mean", 0.05, 0.01, 0.09) == "worse"
+    assert verdict("rps", 0.05, -0.01, 0.09) == "no clear difference"
 
 
 # --------------------------------------------------------------------------- common random numbers, bounded runs
@@ -84,11 +87,11 @@ def _raw(scenario: str, n: int) -> dict:
 
 def test_every_policy_sees_the_same_traffic_per_seed():
     raw = _raw("ds_v3_h800_3p1d", 120)
-    split = E.default_splits()["test"]
+    split = trace_splits()["test"]
     tables = {}
     for name in ("round_robin", "jsq", "sbs"):
         for i in (0, 1):
-            out = E.run_one(raw, raw["policy"], candidates.resolve(name, "prefill"), split, i)
+            out = run_one(raw, raw["policy"], candidates.resolve(name, "prefill"), split, i)
             tables[name, i] = out.result.requests.sort_values("id")
     cols = ["arrival", "prompt", "output"]
     for i in (0, 1):
@@ -112,14 +115,14 @@ def test_heartbeat_pauses_leave_the_history_unchanged():
     try:
         raw = _raw("decode_tier_n16", 1000)
         cfg = sim_config_from(raw)
-        sim = E.Simulator(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
+        sim = Simulator(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
         seen = []
-        assert E.run_bounded(sim, None, lambda done, n: seen.append(done), heartbeat_s=0.0005) == ""
+        assert run_bounded(sim, None, lambda done, n: seen.append(done), heartbeat_s=0.0005) == ""
     finally:
         sys.setswitchinterval(old)
     assert len(seen) >= 2 and seen[0] < 1000 and seen[-1] == 1000 and seen == sorted(seen)
     ref = simulate(cfg, make_policies(dict(raw["policy"], decode="br0")), seed=4)
-    assert E.SimResult(sim).requests.equals(ref.requests)
+    assert SimResult(sim).requests.equals(ref.requests)
 
 
 class SkipForever(DecodeRouter):
@@ -134,10 +137,10 @@ class SkipForever(DecodeRouter):
 
 def test_a_router_that_skips_forever_is_stopped_by_the_wall_budget_and_says_why():
     raw = _raw("decode_tier_n16", 200)
-    sim = E.Simulator(sim_config_from(raw), dict(make_policies(raw["policy"]), decode=SkipForever()), seed=0)
-    why = E.run_bounded(sim, 0.5, heartbeat_s=0.05)
+    sim = Simulator(sim_config_from(raw), dict(make_policies(raw["policy"]), decode=SkipForever()), seed=0)
+    why = run_bounded(sim, 0.5, heartbeat_s=0.05)
     assert why.startswith("wall budget 0.5 s reached") and "200 of 200 requests unresolved" in why
-    r = E.SimResult(sim).requests
+    r = SimResult(sim).requests
     assert (r.status == "rejected").all() and (r.reason == "horizon").all()
 
 
@@ -159,7 +162,7 @@ def test_an_agent_whose_decisions_per_request_explode_stops_at_its_budget_as_sta
         return len(mask) - 1 if mask[-1] else int(np.argmax(mask))
 
     raw = _raw("decode_tier_n16", 300)
-    out = E.run_one(raw, raw["policy"], _decode_agent(skip), E.default_splits()["test"], 0)
+    out = run_one(raw, raw["policy"], _decode_agent(skip), trace_splits()["test"], 0)
     limit = int(DECISIONS_PER_REQUEST["decode"] * 300)
     assert out.stopped.startswith(f"stalled: {limit} decisions for 300 requests")
     assert len(calls) == limit  # past the budget the network is not called again
@@ -174,11 +177,11 @@ def test_an_agent_within_its_budget_runs_to_the_end_with_the_history_of_an_unbou
         return int(np.argmin(np.where(mask[:n], obs[13:12 + 8 * n:8], np.inf))) if mask[:n].any() else n
 
     raw = _raw("decode_tier_n16", 300)
-    out = E.run_one(raw, raw["policy"], _decode_agent(least), E.default_splits()["test"], 0)
+    out = run_one(raw, raw["policy"], _decode_agent(least), trace_splits()["test"], 0)
     assert out.stopped == "" and out.metrics["finished"] == 300
     from pdgym.envs.decode_routing import AgentPolicy
 
-    ref, seed = E.apply_split(raw, E.default_splits()["test"], 0)
+    ref, seed = apply_split(raw, trace_splits()["test"], 0)
     plain = simulate(sim_config_from(ref), dict(make_policies(ref["policy"]), decode=AgentPolicy(least)), seed=seed)
     assert plain.requests.equals(out.result.requests)
 
@@ -224,7 +227,7 @@ def test_the_regime_policy_runs_even_when_the_baselines_leave_it_out(tmp_path):
     cfg["scenarios"]["decode_ht_n16"]["baselines"] = ["jsq", "random"]  # regime_policy is least_kv
     sc = next(s for s in L.check_config(cfg)["scenarios"] if s.key == "decode_ht_n16")
     assert L.regime_policy(sc) == "least_kv"
-    labels = [label for label, _, _ in L._candidates(sc, [])]
+    labels = [label for label, _, _ in L.board_candidates(sc, [])]
     assert labels == ["jsq", "random", "least_kv"]  # else the regime would be measured on no runs (NaN, flagged)
 
 
@@ -315,7 +318,7 @@ def test_a_scenario_where_every_run_fails_exits_non_zero_and_keeps_latest(tmp_pa
     ("budget_s", -1, "budget_s"),
 ])
 def test_bad_board_inputs_fail_before_anything_is_written(tmp_path, key, value, match):
-    with pytest.raises(E.ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         L.build(tiny_config(tmp_path / "o", **{key: value}))
     assert not (tmp_path / "o").exists()
 

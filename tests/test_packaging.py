@@ -49,7 +49,7 @@ def test_wheel_runs_without_the_repository(tmp_path):
         "assert r.summary()['finished'] == 50\n"
         "from pdgym.envs.sim.traces import load_trace\n"
         "assert len(load_trace('azure_conv')) == 19366\n"
-        "from pdgym.agents.learned import zoo\n"
+        "from pdgym.agents.learned import zoo_store as zoo\n"
         "assert str(zoo.ROOT).startswith(sys.argv[1]) and zoo.archive('prefix_mooncake').is_file(), zoo.ROOT\n"
         "print('ok')\n"
     )

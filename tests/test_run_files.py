@@ -622,7 +622,7 @@ def test_deep_json_is_one_line_in_every_reader(tmp_path):
 
 def test_deep_or_foreign_zoo_index_is_one_line(tmp_path):
     from pdgym.agents.evaluation import candidates
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store as zoo
 
     (tmp_path / zoo.INDEX).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match="zoo index: .* nests its values too deeply"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pdgym.agents.apps import sweep_table
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.runner import evaluate, write_evaluation
 from pdgym.envs.scenario import load_scenario
 
 
@@ -25,8 +25,8 @@ def test_an_eval_multirun_tabulates_each_jobs_means(tmp_path):
     raw = load_scenario("decode_tier_n8", ["workload.num_requests=60"]).raw
     means = {}
     for i, name in enumerate(["least_kv", "br0"]):
-        ev = E.evaluate(raw, candidates.resolve(name, "decode"), [0, 1])  # what pdgym-eval writes, by its writer
-        E.write_evaluation(ev, _job(tmp_path, i, [f"policy={name}"]), "decode_tier_n8")
+        ev = evaluate(raw, candidates.resolve(name, "decode"), [0, 1])  # what pdgym-eval writes, by its writer
+        write_evaluation(ev, _job(tmp_path, i, [f"policy={name}"]), "decode_tier_n8")
         means[f"policy={name}"] = ev.stats()["imbalance_mean"]["mean"]
     out = sweep_table.main([str(tmp_path), "imbalance_mean"])
     got = dict(zip(out.group, out.imbalance_mean))

@@ -1,4 +1,4 @@
-"""The zoo (agents/zoo, agents/learned/zoo.py): every shipped agent re-scores to the per-seed values committed in
+"""The zoo (agents/zoo, agents/learned/zoo_store.py): every shipped agent re-scores to the per-seed values committed in
 its index entry, the zoo stays under 5 MB, a name is checked before it touches a path, an unknown one is one line
 listing the available ones, a changed archive is refused, and the add tool writes an entry that re-scores."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.learned import zoo
+from pdgym.agents.evaluation.runner import run_one
+from pdgym.agents.learned import zoo_store as zoo
 from pdgym.agents.learned.model_store import ModelFileError
 from pdgym.agents.zoo import curate
 from pdgym.envs.sim.config import ConfigError
@@ -119,7 +119,7 @@ def test_an_agent_on_another_cluster_shape_is_one_line():
     cand = candidates.resolve("zoo:prefix_mooncake")
     with pytest.raises(ConfigError, match="agent takes observations of 773 values and this scenario gives 293"
                                           ".*scenario=prefix_mooncake: add it"):
-        E.run_one(raw, raw["policy"], cand, None, 0)
+        run_one(raw, raw["policy"], cand, None, 0)
 
 
 @pytest.fixture()

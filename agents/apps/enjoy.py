@@ -24,11 +24,14 @@ from pathlib import Path
 
 import numpy as np
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.evaluate import alias_policy_argv as eval_policy_argv
+from pdgym.agents.evaluation.evaluate import check_no_seed, check_policy_given, check_split
+from pdgym.agents.evaluation.runner import agent_horizon, check_policies
 from pdgym.envs import render as V
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
 from pdgym.envs.sim.validation import check_bool, check_float, check_int
+from pdgym.envs.splits import apply_split
 
 APP = "pdgym-enjoy"
 FRAMES = "frames"
@@ -36,9 +39,9 @@ FRAMES = "frames"
 
 def settings(data: dict) -> dict:
     """The checked settings of a composed conf/enjoy.yaml (one-line ConfigError otherwise)."""
-    E.check_policy_given(data.get("enjoy_policy"))
-    E.check_no_seed(data, "pdgym-enjoy replays run index=N of the split (e.g. index=5)")
-    split_name = E.check_split(data)
+    check_policy_given(data.get("enjoy_policy"))
+    check_no_seed(data, "pdgym-enjoy replays run index=N of the split (e.g. index=5)")
+    split_name = check_split(data)
     ints = {k: check_int(data.get(k), k, lo) for k, lo in
             (("index", 0), ("every", 1), ("max_frames", 1), ("max_steps", 1), ("batch", 1))}
     return {**ints, "fps": check_float(data.get("fps"), "fps", 0.0, 60.0, lo_open=True),
@@ -81,7 +84,7 @@ def validate(cfg) -> None:
     data = to_container(cfg)
     settings(data)
     cand = candidate(data)
-    E.check_policies({k: v for k, v in (data.get("policy") or {}).items() if k != cand.point})
+    check_policies({k: v for k, v in (data.get("policy") or {}).items() if k != cand.point})
     sim_config_from(data)
 
 
@@ -90,9 +93,9 @@ def make_env(data: dict, cand: candidates.Candidate, split: dict | None, index: 
     from pdgym.agents.common import SIM_KEYS
     from pdgym.baselines.registry import named_by_stored_file
 
-    raw, seed = E.apply_split(data, split, index)
+    raw, seed = apply_split(data, split, index)
     if cand.kind == "agent" and not math.isfinite(float(raw.get("max_sim_time_s", math.inf))):
-        raw = dict(raw, max_sim_time_s=E.agent_horizon(raw["workload"]))
+        raw = dict(raw, max_sim_time_s=agent_horizon(raw["workload"]))
     if cand.agent is not None:  # the agent's own env options (observation code, baselines elsewhere)
         kwargs = {k: v for k, v in cand.agent.meta["env_kwargs"].items() if k not in ("scenario", "overrides")}
     else:
@@ -252,17 +255,17 @@ def _app(cfg) -> dict:
 def alias_policy_argv(argv: list[str]) -> list[str]:
     """`policy=X` names the policy to watch (`policy` is also a config group): rewritten to `enjoy_policy`."""
     return [a.replace("eval_policy=", "enjoy_policy=", 1) if a.startswith("eval_policy=") else a
-            for a in E.alias_policy_argv(argv)]
+            for a in eval_policy_argv(argv)]
 
 
-# Root-config keys pdgym-enjoy composes but never reads: refused, not dropped (agents/common.refuse_unused).
+# Root-config keys pdgym-enjoy composes but never reads: refused, not dropped (agents/front_door.refuse_unused).
 UNUSED = {"compare": "pdgym-enjoy replays one policy", "trace": "pdgym-enjoy writes no trace: pdgym-sim trace=true does",
           "tables": "pdgym-enjoy writes no request tables", "plots": "pdgym-enjoy draws frames and a GIF (gif=true|false)"}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-enjoy: one-line errors and no run folder on bad input (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-enjoy: one-line errors and no run folder on bad input (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     hydra_cli(APP, "enjoy", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
 

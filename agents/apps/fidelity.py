@@ -34,7 +34,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents.apps import repro
-from pdgym.agents.common import OneLineParser, commit_id, fail, show_each_warning_once
+from pdgym.agents.common import commit_id
+from pdgym.agents.errors import OneLineParser, fail, show_each_warning_once
 from pdgym.agents.experiments.harness import MAX_DOC_BYTES, write_marked
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError

@@ -2,7 +2,7 @@
 
 An app's module is imported inside the guard: its imports take seconds (Hydra, pandas, torch), and a Ctrl-C
 then was a 32-42 line traceback; now it is one line and exit status 130, as a Ctrl-C during a run is
-(agents/common.one_line_errors). A KeyboardInterrupt that lands in a finaliser or a thread ("Exception ignored
+(agents/errors.one_line_errors). A KeyboardInterrupt that lands in a finaliser or a thread ("Exception ignored
 in ...") is handed to the main thread instead of printed, and once the app ends (an interrupt included) a further
 Ctrl-C while Python shuts down is ignored rather than printed as another traceback.
 """
@@ -51,7 +51,7 @@ def launch(app: str, module: str) -> object:
     except KeyboardInterrupt:
         _interrupted_exit(app)
     except Exception as exc:
-        from pdgym.agents.common import interrupted  # loaded by now: every app imports it
+        from pdgym.agents.errors import interrupted  # loaded by now: every app imports it
 
         if not interrupted(exc):  # an error a Ctrl-C left behind in a library's cleanup is still the Ctrl-C
             raise

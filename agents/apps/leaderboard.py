@@ -47,17 +47,16 @@ import pandas as pd
 from pdgym.agents import run_folder
 from pdgym.agents.common import check_label, commit_id
 from pdgym.agents.evaluation import candidates, stalls, transfer
-from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
 from pdgym.agents.evaluation.leaderboard_run import (
     BoardScenario,
-    _candidates,
-    _resolve_cached,
     agent_point,
+    board_candidates,
     board_scenarios,
     measure_capacity,
     regime_policy,
+    resolve_cached,
     run_board,
 )
 from pdgym.agents.evaluation.leaderboard_stats import (
@@ -69,13 +68,15 @@ from pdgym.agents.evaluation.leaderboard_stats import (
     standings,
     summarise,
 )
+from pdgym.agents.evaluation.metric_keys import check_metric_names
+from pdgym.agents.evaluation.runner import check_budget, check_policies
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path, write_json
 from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 # The app, and the board's pieces importable from it as before the split (tests, notebooks).
-__all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "_candidates",
-           "_resolve_cached"]
+__all__ = ["main", "build", "check_config", "train_agents", "agent_point", "regime_policy", "board_candidates",
+           "resolve_cached"]
 
 
 # --------------------------------------------------------------------------- training entries
@@ -117,10 +118,10 @@ def check_config(cfg: dict) -> dict:
     n_jobs = cfg.get("n_jobs")
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
         raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
-    E.check_metric_names("metrics", cfg.get("metrics"))
+    check_metric_names("metrics", cfg.get("metrics"))
     for key in ("allow_stalled", "tolerate_failures"):
         check_bool(cfg.get(key, False), key)
-    E.check_budget("budget_s", cfg.get("budget_s"))
+    check_budget("budget_s", cfg.get("budget_s"))
     for key in ("plots", "print", "progress"):  # `maybe`, 3: not a truth value
         check_bool(cfg.get(key, False), key)
     cap = cfg.get("capacity_requests")
@@ -150,7 +151,7 @@ def check_config(cfg: dict) -> dict:
         raise ConfigError("scenarios: none left to run")
     for sc in scenarios:  # compose each scenario once: a bad override fails here, before any run
         sc.raw()
-        E.check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
+        check_policies({k: v for k, v in sc.raw()["policy"].items() if k != sc.point})
         check_candidates(sc)
     for a in cfg.get("agents") or []:  # a broken agent fails the board here, not inside it
         try:
@@ -170,7 +171,7 @@ def check_config(cfg: dict) -> dict:
 def check_candidates(sc: BoardScenario) -> None:
     """Every baseline and headroom row of a scenario names a policy of its decision point (`baselines=[nope]` ran
     to a board that noted the failure inside it, exit 0); their parameters are checked by each run."""
-    for label, kind, spec in _candidates(sc, []):
+    for label, kind, spec in board_candidates(sc, []):
         try:
             candidates.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
         except ConfigError as exc:
@@ -234,7 +235,7 @@ def build(cfg: dict) -> dict:
     checked = check_config(cfg)
     scenarios, seeds = checked["scenarios"], checked["seeds"]
     split = cfg["splits"][cfg["split"]] if cfg.get("split") else None
-    budget = E.check_budget("budget_s", cfg.get("budget_s"))
+    budget = check_budget("budget_s", cfg.get("budget_s"))
     root = Path(cfg["out_dir"])
     folder = board_dir(root)
     out = folder.path
@@ -257,9 +258,9 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
     for sc in scenarios:  # an agent ranked on another scenario than its training one: one line each (a transfer)
-        for label, kind, spec in _candidates(sc, agents):
+        for label, kind, spec in board_candidates(sc, agents):
             if kind == "agent":
-                transfer.warn_transfer("pdgym-leaderboard", label, _resolve_cached(label, kind, spec, sc.point),
+                transfer.warn_transfer("pdgym-leaderboard", label, resolve_cached(label, kind, spec, sc.point),
                                        sc.scenario)
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
                 if sc.regime or sc.load}
@@ -323,7 +324,7 @@ def _app_task(cfg) -> dict:
 
 
 def validate(cfg) -> None:
-    """`check_config` before Hydra creates the run folder (agents/common.hydra_cli): seeds, split, n_jobs,
+    """`check_config` before Hydra creates the run folder (agents/front_door.hydra_cli): seeds, split, n_jobs,
     metrics, budget_s, agents / train entries, and every scenario composed once."""
     from pdgym.agents.common import to_container
 
@@ -331,8 +332,8 @@ def validate(cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-leaderboard: one-line errors, no run folder before the config is checked (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     hydra_cli("pdgym-leaderboard", "leaderboard", validate=validate)(_app_task)(argv)
 

@@ -45,7 +45,8 @@ import numpy as np
 import pandas as pd
 import yaml
 from omegaconf import DictConfig
-from pdgym.agents.common import hydra_cli, run_dir, to_container
+from pdgym.agents.common import run_dir, to_container
+from pdgym.agents.front_door import hydra_cli
 from pdgym.envs.sim.config import ConfigError, CostConfig, InstanceConfig, check
 from pdgym.envs.sim.cost import RooflineCost
 from pdgym.envs.sim.hardware import HardwareProfile, load_hardware

@@ -25,17 +25,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 from pdgym.agents import run_folder
-from pdgym.agents.common import (
-    compose_checked,
-    fail,
-    one_line_errors,
-    refuse_rerun,
-    show_each_warning_once,
-    sim_config_from,
-    split_argv,
-    to_container,
-)
+from pdgym.agents.common import sim_config_from, to_container
+from pdgym.agents.compose import compose_checked
+from pdgym.agents.errors import fail, one_line_errors, show_each_warning_once
 from pdgym.agents.experiments.harness import check_lists, check_scalars, check_within, repro_seeds
+from pdgym.agents.front_door import refuse_rerun, split_argv
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError, check_seed
 from pdgym.envs.sim.metrics import write_json

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from omegaconf import DictConfig
-from pdgym.agents.common import check_label, hydra_cli, inside, policy_spec, run_dir, sim_config_from, to_container
+from pdgym.agents.common import check_label, inside, policy_spec, run_dir, sim_config_from, to_container
+from pdgym.agents.front_door import hydra_cli
 from pdgym.agents.trace import simulate_traced, write_trace
 from pdgym.baselines import make_policies
 from pdgym.envs.sim import Simulator, safe_files, simulate

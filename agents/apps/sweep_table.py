@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from pdgym.agents.common import fail
+from pdgym.agents.errors import fail
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
@@ -88,7 +88,7 @@ def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    from pdgym.agents.evaluation.evaluate import interval
+    from pdgym.agents.evaluation.stats import interval
 
     out = []
     for group, sub in runs.groupby("group", sort=False):

@@ -140,11 +140,11 @@ def load_agent(path: str | Path) -> LoadedAgent:
     """Load a model written by pdgym-train (its run directory, or a .zip inside it), or a shipped one
     (`zoo:NAME`), through the model store: the network is rebuilt from its saved spec and only weights and
     arrays are read (no pickle)."""
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store
     from pdgym.agents.learned.model_store import load_predictor
 
-    if zoo.is_zoo(path):
-        return zoo_agent(str(path).removeprefix(zoo.PREFIX))
+    if zoo_store.is_zoo(path):
+        return zoo_agent(str(path).removeprefix(zoo_store.PREFIX))
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"policy: {p} does not exist; give a pdgym-train run directory, a model .zip in one, "
@@ -159,14 +159,14 @@ def load_agent(path: str | Path) -> LoadedAgent:
 
 
 def zoo_agent(name: str, root: Path | None = None) -> LoadedAgent:
-    """A shipped agent (agents/learned/zoo.py): its archive checked against the index's sha256, then read by
+    """A shipped agent (agents/learned/zoo_store.py): its archive checked against the index's sha256, then read by
     the model store; an unknown name is one line listing the available ones."""
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store
     from pdgym.agents.learned.model_store import load_predictor
 
-    ent = zoo.entry(name, root)
-    path = zoo.archive(name, root)
-    meta = check_stored_agent(zoo.agent_meta(name, ent), "policy", f"the zoo index entry {name!r}")
+    ent = zoo_store.entry(name, root)
+    path = zoo_store.archive(name, root)
+    meta = check_stored_agent(zoo_store.agent_meta(name, ent), "policy", f"the zoo index entry {name!r}")
     return LoadedAgent(path, meta, load_predictor(path, ent["sha256"], meta["env_kwargs"].get("scenario")),
                        zoo_source(name))
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_render import with_unit
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
+from pdgym.agents.evaluation.metric_keys import direction
+from pdgym.agents.evaluation.stats import interval
 from pdgym.envs.sim.safe_files import make_dir, save_figure
 
 
@@ -31,7 +32,7 @@ def make_plots(runs: pd.DataFrame, table: pd.DataFrame, scenarios: list[BoardSce
         t = table[(table.scenario == sc.key) & (table.metric == sc.primary)]
         if not len(t):
             continue
-        arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
+        arrow = "higher is better" if direction(sc.primary) > 0 else "lower is better"
         paths.append(bars(t, f"{with_unit(sc.primary)}, {arrow}", sc.key, out / f"{sc.key}_{sc.primary}.png", col))
         paths.append(tradeoff(runs[runs.scenario == sc.key], sc.key, out / f"{sc.key}_ttft_tpot.png", col))
     return paths
@@ -108,7 +109,7 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None
     runs = stalls.mask_runs(runs, ("ttft_mean", "tpot_mean"))
     stalled = [str(p) for p, g in runs.groupby("policy", sort=False) if "stopped" in g and stalls.n_stopped(g.stopped)]
     runs = runs[~runs.policy.isin(stalled)]
-    stats = [(pol, g.kind.iloc[0] == "agent", {"tpot_mean": E.interval(g.tpot_mean), "ttft_mean": E.interval(g.ttft_mean)})
+    stats = [(pol, g.kind.iloc[0] == "agent", {"tpot_mean": interval(g.tpot_mean), "ttft_mean": interval(g.ttft_mean)})
              for pol, g in runs.groupby("policy", sort=False)]
     same = {k: same_for_all([s[2][k]["mean"] for s in stats]) for k in ("ttft_mean", "tpot_mean")}
     notes = [f"{k} = {v:.4g} s for every policy" for k, v in same.items() if v is not None]

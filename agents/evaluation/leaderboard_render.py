@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation import stalls
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario
+from pdgym.agents.evaluation.metric_keys import direction
 from pdgym.envs.sim import safe_files
 
 UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
@@ -123,7 +123,7 @@ class Board:
 def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
     """(title line, regime line, notes) of scenario i, as plain text."""
     sc, rg, rule, st = b.scenarios[i], b.regimes[i], b.rules[i], b.standings[i]
-    arrow = "higher is better" if E.direction(sc.primary) > 0 else "lower is better"
+    arrow = "higher is better" if direction(sc.primary) > 0 else "lower is better"
     title = (f"`{sc.scenario}` {' '.join(sc.overrides)}; decision point {sc.point}; ranked by {sc.primary} "
              f"({arrow}). {sc.note}").rstrip()
     flag = "in regime" if rg["in_regime"] else f"OUT OF REGIME: {rg['flag']}"
@@ -254,7 +254,7 @@ def print_board(b: Board) -> None:
         frame, _ = scenario_frame(b.table, sc, keep, b.pairs, b.aliases, b.runs)
         title, regime, notes = _scenario_head(b, i)
         print(f"\n{sc.key} ({sc.scenario}, {sc.point}; ranked by {sc.primary}, "
-              f"{'higher' if E.direction(sc.primary) > 0 else 'lower'} is better)")
+              f"{'higher' if direction(sc.primary) > 0 else 'lower'} is better)")
         print(tabulate(frame.drop(columns=["seeds"]), headers="keys", tablefmt="simple", showindex=False))
         print(regime)
         for n in notes:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from pdgym.agents.common import check_label
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, POINTS
+from pdgym.agents.evaluation.runner import run_one
 from pdgym.envs.sim.config import ConfigError
 
 
@@ -75,10 +76,10 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
         for k in ("scenario", "point", "primary"):
             if k not in s:
                 raise ConfigError(f"scenarios.{key}.{k}: missing")
-        if s["point"] not in E.POINTS:
-            raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(E.POINTS)}")
-        if s["primary"] not in E.METRIC_KEYS:
-            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(E.METRIC_KEYS)}")
+        if s["point"] not in POINTS:
+            raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(POINTS)}")
+        if s["primary"] not in METRIC_KEYS:
+            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(METRIC_KEYS)}")
         for k in s.get("regime") or {}:
             if k not in REGIME_KEYS:
                 raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")
@@ -99,7 +100,7 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
 
 
 # --------------------------------------------------------------------------- running
-def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
+def board_candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, Any]]:
     """(label, kind, spec) of everything ranked on a scenario; kind: baseline | headroom | agent;
     spec: baseline spec or model path."""
     from pdgym.baselines import registered
@@ -125,10 +126,10 @@ def _candidates(sc: BoardScenario, agents: list[dict]) -> list[tuple[str, str, A
 
 def agent_point(path: str) -> str:
     """Decision point of a trained agent, from its agent.json or zoo entry (no model loading)."""
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store
 
-    if zoo.is_zoo(path):
-        return zoo.entry(path.removeprefix(zoo.PREFIX), key="agents")["agent"]["point"]
+    if zoo_store.is_zoo(path):
+        return zoo_store.entry(path.removeprefix(zoo_store.PREFIX), key="agents")["agent"]["point"]
     p = candidates.model_file(Path(path))
     for d in (p.parent, p.parent.parent):
         if os.path.lexists(d / candidates.AGENT_META):
@@ -144,9 +145,9 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
         if isinstance(spec, dict) and "overrides" in spec:  # a headroom row that changes the cluster (hindsight eviction)
             spec = dict(spec)
             extra = tuple(spec.pop("overrides"))
-        cand = _resolve_cached(label, kind, spec, sc.point)
+        cand = resolve_cached(label, kind, spec, sc.point)
         raw = sc.raw(rate, extra)
-        out = E.run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
+        out = run_one(raw, raw["policy"], cand, split, index, budget_s, oracle=kind == "headroom")
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
@@ -155,7 +156,7 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
 _CACHE: dict = {}
 
 
-def _resolve_cached(label: str, kind: str, spec, point: str) -> candidates.Candidate:
+def resolve_cached(label: str, kind: str, spec, point: str) -> candidates.Candidate:
     key = (label, kind, spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True), point)  # lists too
     if key not in _CACHE:
         _CACHE[key] = candidates.resolve(spec if isinstance(spec, str) else dict(spec), point, label=label)
@@ -187,7 +188,7 @@ def measure_capacity(sc: BoardScenario, split: dict | None, max_requests: int | 
         burst_wl["phases"] = [dict(ph, rate=None) for ph in wl["phases"]]
     burst = dict(raw, workload=burst_wl)
     cand = candidates.resolve(regime_policy(sc), sc.point)
-    out = E.run_one(burst, raw["policy"], cand, split, 0)
+    out = run_one(burst, raw["policy"], cand, split, 0)
     fin = out.result.requests.query("status == 'finished'")
     f = np.sort((fin.first_token if sc.point == "prefill" else fin.finish).to_numpy())
     if len(f) < 10:
@@ -204,7 +205,7 @@ def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[in
     from tqdm import tqdm
 
     rates = rates or {}
-    jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in _candidates(sc, agents)
+    jobs = [(sc, label, kind, spec, i) for sc in scenarios for label, kind, spec in board_candidates(sc, agents)
             for i in seeds]
     par = Parallel(n_jobs=n_jobs, return_as="generator", batch_size=1)
     results = par(delayed(_task)(sc, label, kind, spec, split, i, rates.get(sc.key), budget_s)

@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 import pandas as pd
-from pdgym.agents.evaluation import evaluate as E
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario, regime_policy
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, direction
+from pdgym.agents.evaluation.stats import describe, interval, paired_ratio, verdict
 from pdgym.envs.sim.config import ConfigError
 
 CSV_COLUMNS = ["scenario", "policy", "kind", "metric", "mean", "ci_low", "ci_high", "seeds", "stalled"]
@@ -26,7 +27,7 @@ def merge_aliases(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> tuple[p
 
     if not len(runs):
         return runs, {}
-    value_cols = [c for c in runs.columns if c in E.METRIC_KEYS and c != "wall_time_s"]
+    value_cols = [c for c in runs.columns if c in METRIC_KEYS and c != "wall_time_s"]
     aliases: dict = {}
     drop = set()
     for sc in scenarios:
@@ -62,7 +63,7 @@ def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[
     for the counts and times: agents/evaluation/stalls.py; `runs` masked or not, the result is the same)."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
+    runs = stalls.mask_runs(runs, METRIC_KEYS)
     rows = []
     for sc in scenarios:
         sub = runs[runs.scenario == sc.key] if len(runs) else runs
@@ -71,7 +72,7 @@ def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[
             kind = g.kind.iloc[0]
             n_stop = stalls.n_stopped(g.stopped) if "stopped" in g else 0
             for m in dict.fromkeys([sc.primary, *metrics]):
-                s = stalls.honest(m, E.interval(g[m].tolist()), n_stop)
+                s = stalls.honest(m, interval(g[m].tolist()), n_stop)
                 rows.append({"scenario": sc.key, "policy": pol, "kind": kind, "metric": m, "mean": s["mean"],
                              "ci_low": s["ci_low"], "ci_high": s["ci_high"], "seeds": len(g) if n_stop else s["n"],
                              "stalled": n_stop})
@@ -83,7 +84,7 @@ def rank(sub: pd.DataFrame, metric: str) -> list[str]:
     if not len(sub):
         return []
     means = sub.groupby("policy", sort=False)[metric].mean()
-    key = -E.direction(metric) * means
+    key = -direction(metric) * means
     return list(key.sort_values(na_position="last", kind="stable").index)
 
 
@@ -100,15 +101,15 @@ def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
     seed is not comparable (stalls.mask_runs) and is never the reference."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
+    runs = stalls.mask_runs(runs, METRIC_KEYS)
     rows = []
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
-        p = E.paired_ratio(x.to_numpy(), y.to_numpy())
+        p = paired_ratio(x.to_numpy(), y.to_numpy())
         rows.append({"scenario": sc.key, "policy": pol, "kind": kind, "reference": ref,
                      "metric": sc.primary, "rel": p["rel"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
                      "seeds": p["n"], "verdict": "reference" if pol == ref else
-                     E.verdict(sc.primary, p["rel"], p["ci_low"], p["ci_high"]),
-                     "sentence": "" if pol == ref else E.describe(sc.primary, pol, ref, p)})
+                     verdict(sc.primary, p["rel"], p["ci_low"], p["ci_high"]),
+                     "sentence": "" if pol == ref else describe(sc.primary, pol, ref, p)})
     return pd.DataFrame(rows)
 
 
@@ -135,7 +136,7 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
     from pdgym.agents.evaluation import stalls
     from rliable import metrics as rm
 
-    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
+    runs = stalls.mask_runs(runs, METRIC_KEYS)
     per: dict[str, list] = {}
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
         sub = runs[(runs.scenario == sc.key) & (runs.policy == ref)]
@@ -144,7 +145,7 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
             xs, ys = (np.asarray(v, dtype=float) for v in (x, y))
-            norm = (xs / ym, ys / ym) if E.direction(sc.primary) > 0 else (ym / xs, ym / ys)
+            norm = (xs / ym, ys / ym) if direction(sc.primary) > 0 else (ym / xs, ym / ys)
         per.setdefault(pol, []).append((sc.key, kind, *norm))
     rows = []
     for pol, items in per.items():
@@ -164,7 +165,7 @@ def measure_regime(runs: pd.DataFrame, sc: BoardScenario, capacity: float, rate:
     """The regime measured on the regime policy's runs, checked against the declared bounds."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, E.METRIC_KEYS)
+    runs = stalls.mask_runs(runs, METRIC_KEYS)
     pol = regime_policy(sc)
     g = runs[(runs.scenario == sc.key) & (runs.policy == pol)] if len(runs) else runs
     raw = sc.raw(rate)
@@ -215,7 +216,7 @@ def standings(table: pd.DataFrame, scenarios: list[BoardScenario], pairs: pd.Dat
     for sc in scenarios:
         t = table[(table.scenario == sc.key) & (table.metric == sc.primary)]
         row = {"scenario": sc.key, "primary": sc.primary,
-               "direction": "higher is better" if E.direction(sc.primary) > 0 else "lower is better"}
+               "direction": "higher is better" if direction(sc.primary) > 0 else "lower is better"}
         for kind in ("baseline", "agent", "headroom"):
             k = t[t.kind == kind]
             if len(k):

@@ -56,11 +56,11 @@ def with_training_traffic(data: dict, cand, scenario_default: dict) -> tuple[dic
     Nothing changes for a baseline, a pdgym-train run or another scenario than the agent's."""
     import copy
 
-    from pdgym.agents.learned import zoo
+    from pdgym.agents.learned import zoo_store
 
     agent = getattr(cand, "agent", None)
     trained, overrides = trained_on(cand)
-    if agent is None or not zoo.is_zoo(agent.meta.get("name", "")) or trained != data.get("scenario_name"):
+    if agent is None or not zoo_store.is_zoo(agent.meta.get("name", "")) or trained != data.get("scenario_name"):
         return data, []
     out, applied = copy.deepcopy(data), []
     for o in overrides:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from pdgym.agents.evaluation.evaluate import interval
+from pdgym.agents.evaluation.stats import interval
 from pdgym.baselines import make_policy
 from pdgym.envs.scenario import load_scenario, merge_sim_config
 from pdgym.envs.sim import simulate

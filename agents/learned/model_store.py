@@ -101,7 +101,7 @@ class NetSpec:
     @classmethod
     def from_env(cls, algo: str, policy: str, features: dict, net_arch, env) -> NetSpec:
         """Resolve the extractor's layout (and pointer action count) from an env probe once, at training."""
-        from .features import policy_kwargs
+        from .extractors import policy_kwargs
 
         kind = (features or {}).get("kind", "flat")
         pk = policy_kwargs(features, net_arch, env)
@@ -140,7 +140,7 @@ class NetSpec:
         return self
 
     def policy_class(self) -> type:
-        from .features import pointer_policy
+        from .extractors import pointer_policy
 
         if self.policy == "pointer":
             return pointer_policy(self.algo)
@@ -151,7 +151,7 @@ class NetSpec:
         return aliases[self.policy]
 
     def policy_kwargs(self) -> dict:
-        from .features import policy_kwargs
+        from .extractors import policy_kwargs
 
         return policy_kwargs(self.features, self.net_arch, None)
 

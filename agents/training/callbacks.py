@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, direction
 from pdgym.agents.learned.model_store import checkpoints
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.metrics import write_json
@@ -171,7 +171,7 @@ class HeldOutEval(BaseCallback):
 
     def _init_callback(self) -> None:
         h = run_files.history(self.out, self.primary, "resume")  # a resumed run: remember the best score so far
-        score = E.direction(self.primary) * h[self.primary].to_numpy(dtype=float)
+        score = direction(self.primary) * h[self.primary].to_numpy(dtype=float)
         if np.isfinite(score).any():
             self.best = float(np.nanmax(score))
         self.last = int(self.model.num_timesteps)  # a resumed run evaluates `freq` steps after its checkpoint
@@ -205,18 +205,18 @@ class HeldOutEval(BaseCallback):
         t0 = time.perf_counter()
         stats = self.last_stats = self.evaluate_fn(self.model)
         self.runs, self.spent_s = self.runs + 1, self.spent_s + time.perf_counter() - t0
-        row = {"timesteps": self.num_timesteps, **{k: stats[k]["mean"] for k in E.METRIC_KEYS}}
+        row = {"timesteps": self.num_timesteps, **{k: stats[k]["mean"] for k in METRIC_KEYS}}
         for k in LOGGED:
             if math.isfinite(row[k]):
                 self.logger.record(f"eval/{k}", row[k])
-        score = E.direction(self.primary) * row[self.primary]
+        score = direction(self.primary) * row[self.primary]
         stopped = stats.get(STOPPED) or {}
         improved = math.isfinite(score) and score > self.best and not stopped
         if improved:
             self.best = score
             self.saver(self.model, self.out / "best_model.zip")
             write_json(self.out / "best_metrics.json", {"timesteps": self.num_timesteps, "metrics": stats})
-        best = E.direction(self.primary) * self.best
+        best = direction(self.primary) * self.best
         self.logger.record("eval/best_" + self.primary, best)
         others = ", ".join(f"{k} {row[k]:.4g}" for k in ("ttft_p99", "tpot_p99", "throughput_tok_s", "rejected")
                            if k != self.primary and math.isfinite(row[k]))

@@ -105,7 +105,7 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from pdgym.agents.evaluation import candidates
-    from pdgym.agents.evaluation import evaluate as E
+    from pdgym.agents.evaluation.runner import evaluate
     from pdgym.baselines.registry import is_external
     from pdgym.envs.sim.validation import check_seed_list
 
@@ -140,7 +140,7 @@ def heuristic_references(run: Path, names: list[str], meta: dict | None = None,
     out = {}
     for name in names:
         cand = candidates.resolve(name, meta["point"])
-        out[name] = E.evaluate(raw, cand, seeds, split, others=raw["policy"]).stats()[env.primary]["mean"]
+        out[name] = evaluate(raw, cand, seeds, split, others=raw["policy"]).stats()[env.primary]["mean"]
     return env.primary, out
 
 
@@ -164,9 +164,9 @@ def check_out(out: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """Every run's agent.json, config.yaml and logs are read and checked before anything is drawn: a broken
     one is one line (exit 2) and no figure is written."""
-    from pdgym.agents.common import OneLineParser, fail
+    from pdgym.agents.errors import OneLineParser, fail
     from pdgym.agents.evaluation import candidates
-    from pdgym.agents.evaluation import evaluate as E
+    from pdgym.agents.evaluation.metric_keys import direction
 
     p = OneLineParser(description="Learning curves of several pdgym-train runs with heuristic lines.")
     p.add_argument("runs", nargs="+", type=Path)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         fail("pdgym-curves", str(exc))
     for r, h, g in zip(args.runs, hists, progs):
         run_curves(r, primary, h, g)
-    print(seed_curves(args.runs, primary, refs, args.out, E.direction(primary), mean=same_recipe(args.runs, configs),
+    print(seed_curves(args.runs, primary, refs, args.out, direction(primary), mean=same_recipe(args.runs, configs),
                       hists=hists))
     for k, v in refs.items():
         print(f"{k}: validation {primary} {v:.4g}")

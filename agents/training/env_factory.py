@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.envs.splits import segment, segment_overrides, split_rows
 
 
 class SegmentCycle(gym.Env):
@@ -82,13 +82,11 @@ def scenario_raw(env) -> dict:
 
 def env_factories(env, raw: dict, split: dict, n_envs: int, max_segments: int) -> list:
     """n_envs picklable callables building the training envs (trace workloads: a SegmentCycle each)."""
-    seg0 = E.segment(raw["workload"], split, 0)
-    if not seg0:
+    if not segment(raw["workload"], split, 0):
         return [partial(_make, env.id, env_kwargs(env, env.overrides)) for _ in range(n_envs)]
-    n = seg0["num_requests"]
-    rows = int((split["trace_to"] - split["trace_from"]) * E._trace_rows(str(raw["workload"]["trace"])))
-    k = int(max(1, min(max_segments * n_envs, rows // n)))
-    segs = [partial(_make, env.id, env_kwargs(env, [*env.overrides, *E.segment_overrides(raw, split, j)]))
+    lo, hi, n = split_rows(str(raw["workload"]["trace"]), split, int(raw["workload"]["num_requests"]))
+    k = int(max(1, min(max_segments * n_envs, (hi - lo) // n)))
+    segs = [partial(_make, env.id, env_kwargs(env, [*env.overrides, *segment_overrides(raw, split, j)]))
             for j in range(k)]
     return [partial(SegmentCycle, segs, start=i * max(1, k // n_envs)) for i in range(n_envs)]
 

@@ -36,7 +36,7 @@ def config(run: Path, key: str = "runs") -> dict:
 def agent_meta(run: Path, key: str = "runs") -> dict:
     """agent.json (evaluation/candidates.read_agent_meta) with the metric the run selected on, a known one."""
     from pdgym.agents.evaluation import candidates
-    from pdgym.agents.evaluation.evaluate import METRIC_KEYS
+    from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
 
     meta = candidates.read_agent_meta(run, key)
     primary = safe_files.get_key(meta, "primary", str, key, Path(run) / candidates.AGENT_META)

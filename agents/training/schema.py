@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, POINTS
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.validation import check_seed_list
@@ -150,10 +150,10 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     M.check_net_arch(agent.net_arch)
     if app.eval.split not in data["splits"]:
         raise ConfigError(f"eval.split: got {app.eval.split!r}; allowed: {', '.join(data['splits'])}")
-    if env.point not in E.POINTS:
-        raise ConfigError(f"env.point: got {env.point!r}; allowed: {', '.join(E.POINTS)}")
-    if env.primary not in E.METRIC_KEYS:
-        raise ConfigError(f"env.primary: got {env.primary!r}; allowed: {', '.join(E.METRIC_KEYS)}")
+    if env.point not in POINTS:
+        raise ConfigError(f"env.point: got {env.point!r}; allowed: {', '.join(POINTS)}")
+    if env.primary not in METRIC_KEYS:
+        raise ConfigError(f"env.primary: got {env.primary!r}; allowed: {', '.join(METRIC_KEYS)}")
     check_algo_kwargs(agent.algo, agent.kwargs)
     if agent.bc.teacher is not None and agent.algo == "dqn":
         raise ConfigError("agent.bc.teacher: behaviour cloning warm-starts policy-gradient agents "

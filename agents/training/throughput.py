@@ -14,19 +14,19 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-from pdgym.agents.common import OneLineParser
+from pdgym.agents.errors import OneLineParser
 
 
 def _venv(n: int, env_fields: dict):
     """The vector env pdgym-train would build with n envs (one process, or n subprocess workers)."""
-    from pdgym.agents.evaluation import evaluate as E
+    from pdgym.envs.scenario import trace_splits
 
     from .env_factory import make_vec_env, scenario_raw
     from .schema import EnvSchema
 
     env = EnvSchema(**env_fields)
     app = SimpleNamespace(n_envs=n, vec_env="dummy" if n == 1 else "subproc", seed=0, max_segments=2)
-    return make_vec_env(app, env, scenario_raw(env), E.default_splits()["train"])
+    return make_vec_env(app, env, scenario_raw(env), trace_splits()["train"])
 
 
 def env_steps_per_s(venv, steps: int, seed: int = 0) -> float:

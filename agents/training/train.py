@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
+from pdgym.agents.evaluation.runner import evaluate
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
@@ -53,7 +54,7 @@ def _eval_fn(env: EnvSchema, raw: dict, split: dict, seeds: list[int], algo: str
         def seed_done(done: int, total: int) -> None:  # training's bar is live: a line per seed, not a bar
             print(f"  held-out seed {done}/{total} done, {time.perf_counter() - t0:.0f} s", flush=True)
 
-        ev = E.evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done)
+        ev = evaluate(raw, cand, seeds, split, others=raw["policy"], on_seed=seed_done)
         stopped = {s: m["stopped"] for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]}
         for s, why in stopped.items():
             print(f"  held-out seed {s} stopped early: {why}", flush=True)
@@ -218,7 +219,7 @@ def train(data: dict, out: Path) -> dict:
     summary = {"name": app.name, "algo": agent.algo, "env_id": env.id, "timesteps": int(model.num_timesteps),
                "resumed_from": str(resumed) if resumed else None, "bc": bc_stats, "primary": env.primary,
                "objective": best_val, "best_timesteps": best["timesteps"] if best else None,
-               "val_final": {k: final[k]["mean"] for k in E.METRIC_KEYS},
+               "val_final": {k: final[k]["mean"] for k in METRIC_KEYS},
                "wall_time_s": time.perf_counter() - t0}
     write_json(out / "metrics.json", summary)
     try:  # the figure is a by-product: a log it cannot read costs the figure, not the trained run
@@ -285,8 +286,8 @@ def unused_keys() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> float | None:
-    """pdgym-train: one-line errors, no run folder before the config composes (agents/common.hydra_cli)."""
-    from pdgym.agents.common import hydra_cli
+    """pdgym-train: one-line errors, no run folder before the config composes (agents/front_door.hydra_cli)."""
+    from pdgym.agents.front_door import hydra_cli
 
     return hydra_cli("pdgym-train", "train", validate=_check, unused=unused_keys())(_task)(argv)
 

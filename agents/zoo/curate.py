@@ -1,5 +1,5 @@
 """Adding, listing and re-scoring the zoo's entries (`pdgym-zoo`, or `python -m pdgym.agents.zoo`; the store is
-agents/learned/zoo.py).
+agents/learned/zoo_store.py).
 
     pdgym-zoo list                 # each entry: scenario and training overrides, committed values, re-score command
     pdgym-zoo add NAME RUN_DIR --command "pdgym-train experiment=..." [--commit C]
@@ -24,10 +24,13 @@ import os
 import sys
 from pathlib import Path
 
-from pdgym.agents.common import OneLineParser, commit_id, one_line_errors
+from pdgym.agents.common import commit_id
+from pdgym.agents.errors import OneLineParser, one_line_errors
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation import evaluate as E
-from pdgym.agents.learned import model_store, zoo
+from pdgym.agents.evaluation.runner import evaluate
+from pdgym.agents.evaluation.stats import paired_ratio
+from pdgym.agents.learned import model_store, zoo_store
+from pdgym.envs.scenario import trace_splits
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 
@@ -64,23 +67,23 @@ def score(ent: dict, cand: candidates.Candidate) -> dict:
 
     r = ent["rescore"]
     raw = load_scenario(ent["scenario"], merged(ent["overrides"], r["overrides"])).raw
-    split = E.default_splits()[r["split"]] if r["split"] else None
-    ev = E.evaluate(raw, cand, [int(s) for s in r["seeds"]], split)
+    split = trace_splits()[r["split"]] if r["split"] else None
+    ev = evaluate(raw, cand, [int(s) for s in r["seeds"]], split)
     return {m: [_value(run[m]) for run in ev.per_seed] for m in metrics_of(ent)}
 
 
 def rescore(name: str, root: Path | None = None) -> dict:
     """The entry's per-seed values, measured again from its shipped archive."""
-    ent = zoo.entry(name, root)
+    ent = zoo_store.entry(name, root)
     agent = candidates.zoo_agent(name, root)
-    return score(ent, candidates.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
+    return score(ent, candidates.Candidate(zoo_store.PREFIX + name, "agent", agent.point, agent=agent))
 
 
 def mismatches(committed: dict, got: dict, rel: float = REL_TOL) -> list[str]:
     out = []
     for m, vals in committed.items():
         new = got.get(m)
-        if new is None or len(new) != len(vals) or not all(zoo.same(a, b, rel) for a, b in zip(vals, new)):
+        if new is None or len(new) != len(vals) or not all(zoo_store.same(a, b, rel) for a, b in zip(vals, new)):
             out.append(f"{m}: committed {vals}, re-scored {new}")
     return out
 
@@ -88,7 +91,7 @@ def mismatches(committed: dict, got: dict, rel: float = REL_TOL) -> list[str]:
 def rescore_command(name: str, ent: dict) -> str:
     r = ent["rescore"]
     seeds = ",".join(str(s) for s in r["seeds"])
-    parts = [f"pdgym-eval policy={zoo.PREFIX}{name} scenario={ent['scenario']}",
+    parts = [f"pdgym-eval policy={zoo_store.PREFIX}{name} scenario={ent['scenario']}",
              *merged(ent["overrides"], r["overrides"]), f"split={r['split'] if r['split'] else 'null'}",
              f"'seeds=[{seeds}]'"]
     return " ".join(parts)
@@ -123,24 +126,24 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
         note: str = "", root: Path | None = None) -> dict:
     """Copy a run's model into the zoo as NAME, re-score it (and `reference`) and write the index; returns
     the entry. Re-adding a name replaces its entry."""
-    zoo.check_name(name, "name")
-    root = Path(root or zoo.ROOT)
+    zoo_store.check_name(name, "name")
+    root = Path(root or zoo_store.ROOT)
     run = Path(run)
     if not run.is_dir():
         raise ConfigError(f"run: {run} is not a pdgym-train run folder")
     if not command.strip():
         raise ConfigError("command: give the command that trained the run (docs/results.md quotes it)")
-    if split is not None and split not in E.default_splits():
-        raise ConfigError(f"split: got {split!r}; allowed: {', '.join(E.default_splits())}, null")
+    if split is not None and split not in trace_splits():
+        raise ConfigError(f"split: got {split!r}; allowed: {', '.join(trace_splits())}, null")
     src = candidates.model_file(run)
     meta = candidates.read_agent_meta(run, "run")
     data = safe_files.read_bytes(src, model_store.MAX_MODEL_BYTES, "model file", within=run)
     sha = hashlib.sha256(data).hexdigest()
-    entries = zoo.read_index(root)
+    entries = zoo_store.read_index(root)
     others = sum(e["bytes"] for n, e in entries.items() if n != name)
-    if others + len(data) > zoo.MAX_ZOO_BYTES:
+    if others + len(data) > zoo_store.MAX_ZOO_BYTES:
         raise ConfigError(f"{name}: the zoo would hold {(others + len(data)) / 1e6:.2f} MB, over its "
-                          f"{zoo.MAX_ZOO_BYTES / 1e6:g} MB; ship a smaller network")
+                          f"{zoo_store.MAX_ZOO_BYTES / 1e6:g} MB; ship a smaller network")
     ent = {"sha256": sha, "bytes": len(data),
            "agent": {k: meta[k] for k in ("point", "env_id", "env_kwargs", "algo", "primary") if k in meta},
            "scenario": str(meta.get("scenario") or meta["env_kwargs"].get("scenario")),
@@ -151,15 +154,15 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
            "rescore": {"split": split, "seeds": [int(s) for s in seeds], "overrides": list(rescore_overrides),
                        "per_seed": {}},
            "note": note, "added": datetime.date.today().isoformat()}
-    zoo.check_entry(name, ent, "new entry")
+    zoo_store.check_entry(name, ent, "new entry")
     root.mkdir(parents=True, exist_ok=True)
-    final = zoo.archive(name, root)
+    final = zoo_store.archive(name, root)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
-        agent = candidates.LoadedAgent(tmp, zoo.agent_meta(name, ent), model_store.load_predictor(tmp, sha),
+        agent = candidates.LoadedAgent(tmp, zoo_store.agent_meta(name, ent), model_store.load_predictor(tmp, sha),
                                        candidates.zoo_source(name))
-        ent["rescore"]["per_seed"] = score(ent, candidates.Candidate(zoo.PREFIX + name, "agent", agent.point, agent=agent))
+        ent["rescore"]["per_seed"] = score(ent, candidates.Candidate(zoo_store.PREFIX + name, "agent", agent.point, agent=agent))
         if reference:
             ref = candidates.resolve(reference, agent.point)
             ent["reference"] = {"policy": reference, "per_seed": score(ent, ref)}
@@ -167,8 +170,8 @@ def add(name: str, run: Path, command: str, commit: str | None = None, reference
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
-    doc = {"format": zoo.FORMAT, "entries": dict(sorted({**entries, name: ent}.items()))}
-    _write_json_atomic(root / zoo.INDEX, doc)
+    doc = {"format": zoo_store.FORMAT, "entries": dict(sorted({**entries, name: ent}.items()))}
+    _write_json_atomic(root / zoo_store.INDEX, doc)
     return ent
 
 
@@ -182,7 +185,7 @@ def summary_line(name: str, ent: dict) -> str:
             f"{primary} on {ent['rescore']['split']} seeds {ent['rescore']['seeds']}: {show(vals)}")
     ref = ent.get("reference")
     if ref and ref["per_seed"].get(primary):
-        p = E.paired_ratio(vals, ref["per_seed"][primary])
+        p = paired_ratio(vals, ref["per_seed"][primary])
         line += f"; {ref['policy']} {show(ref['per_seed'][primary])} (agent {p['rel']:+.1%})"
     return line
 
@@ -222,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"re-score: {ent['rescore']['command']}")
         return 0
     bad = 0
-    for name in args.names or zoo.names(root):
-        diff = mismatches(zoo.entry(name, root)["rescore"]["per_seed"], rescore(name, root))
+    for name in args.names or zoo_store.names(root):
+        diff = mismatches(zoo_store.entry(name, root)["rescore"]["per_seed"], rescore(name, root))
         print(f"zoo:{name}: " + ("re-scores to its committed values" if not diff else "MISMATCH " + "; ".join(diff)))
         bad += bool(diff)
     return 1 if bad else 0
 
 
 def read_sorted(root: Path | None) -> list[tuple[str, dict]]:
-    return sorted(zoo.read_index(root).items())
+    return sorted(zoo_store.read_index(root).items())
 
 
 if __name__ == "__main__":
