@@ -32,7 +32,7 @@ SCENARIO = ["scenario=decode_tier_n16", f"workload.num_requests={N_REQUESTS}"]
 
 
 def decode_tier_loop(pool_t, prompt, output, dp, batch_limit, kv_cap, c_tok, m_tok, c_dk, m_dk, m_w, shared,
-                     moe_local, exp_c, exp_read, exp_rate, comm, overhead):
+                     moe_local, exp_c, exp_read, exp_rate, comm, overhead, c_head, m_head):
     """Finish time of every request (NaN if never admitted) and the number of steps; see the module doc.
 
     pool_t: pool entry times in pool order. Plain loops over scalars: numba compiles them; run as Python
@@ -116,6 +116,9 @@ def decode_tier_loop(pool_t, prompt, output, dp, batch_limit, kv_cap, c_tok, m_t
             m = tok * m_tok + kv[w] * m_dk
             if tok > 0:
                 m += m_w
+            c += tok * c_head  # the LM head on every decode token (0.0 for a model without one)
+            if tok > 0:
+                m += m_head
             if shared:
                 c += mean * exp_c
                 m += exp_read * -math.expm1(-mean * exp_rate)
@@ -210,7 +213,8 @@ def prototype_inputs(sim) -> tuple:
     args = (pool_t, req.prompt[order].astype(np.int64), req.output[order].astype(np.int64), d.dp,
             d.batch_limit, int(d.kv_cap[0]), float(c._c_tok[0]), float(c._m_tok[0]), float(c._c_dk[0]),
             float(c._m_dk[0]), float(c._m_w[0]), bool(c._shared), bool(c._moe_local), float(c._exp_c),
-            float(c._exp_read), float(c._exp_rate), float(c._comm), float(c._overhead))
+            float(c._exp_read), float(c._exp_rate), float(c._comm), float(c._overhead),
+            float(c._c_head[0]) if c._head else 0.0, float(c._m_head[0]) if c._head else 0.0)
     return args, order
 
 
