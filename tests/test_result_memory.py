@@ -40,7 +40,7 @@ REQUEST_WIDTHS = {
     **dict.fromkeys(("arrival", "dispatch", "prefill_start", "first_token", "decode_admit", "finish", "last_tok",
                      "buf_t", "dev_arrive", "itl_max", "sched_wait", "device_wait"), 8),
     **dict.fromkeys(("prefill_inst", "prefill_dp", "decode_inst", "worker", "preemptions"), 4),
-    "state": 1, "reason": 1,
+    "state": 1, "reason": 1, "cls": 1,  # cls: the request class code (int8; issue 33)
 }
 # A pass row: five float64 (t, dur, tokens, idle_frac, util), kv_max and kv_min int64, kind int8, inst and reqs int32.
 STEP_ROW = 5 * 8 + 2 * 8 + 1 + 4 + 4
