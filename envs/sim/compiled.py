@@ -53,19 +53,26 @@ def kernels(engine: str) -> SimpleNamespace | None:
                            roofline_prefill=K.roofline_prefill, coef_names=K.COEF)
 
 
+def _twin(cost, engine: str):
+    """(kernels module, coefficients, comm, overhead) of `cost`'s compiled twin, or None (the Python path: another
+    engine, or a cost model without a twin)."""
+    k = kernels(engine)
+    spec = getattr(cost, "decode_coef", None)
+    got = spec() if k is not None and spec is not None else None
+    return None if got is None else (k, *got)
+
+
 def decode_time(cost, engine: str):
     """`cost`'s decode-only pass_time(0, 0, reqs, kv) as a compiled function of (reqs, kv) that sets the same
     last_unit / last_idle_frac, or None (the Python path: another engine, or a cost model without a twin).
     With a third argument kv_cap it is a decode step's start (kernels.decode_start): (KV would overflow,
     seconds, KV max, KV min)."""
-    k = kernels(engine)
-    spec = getattr(cost, "decode_coef", None)
-    got = spec() if k is not None and spec is not None else None
+    got = _twin(cost, engine)
     if got is None:
         return None
     import numpy as np
 
-    coef, comm, overhead = got
+    k, coef, comm, overhead = got
     kernel, start, dp, ones = k.roofline_decode, k.decode_start, cost.dp, np.ones(cost.dp)
 
     def decode_pass(reqs, kv, kv_cap=None):
@@ -84,14 +91,12 @@ def decode_time(cost, engine: str):
 def prefill_time(cost, engine: str):
     """`cost`'s prefill-only pass_time(tokens, attn, 0, 0, ends) compiled (float vectors; same value, same last_unit /
     last_idle_frac), or None (the Python path)."""
-    k = kernels(engine)
-    spec = getattr(cost, "decode_coef", None)
-    got = spec() if k is not None and spec is not None else None
+    got = _twin(cost, engine)
     if got is None:
         return None
     import numpy as np
 
-    coef, comm, overhead = got
+    k, coef, comm, overhead = got
     kernel, dp, ones = k.roofline_prefill, cost.dp, np.ones(cost.dp)
 
     zeros = np.zeros(dp)
