@@ -38,7 +38,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from pdgym.agents import run_folder
+from pdgym.agents import interrupts, run_folder
 from pdgym.agents.common import SIM_KEYS
 from pdgym.agents.compose import check_resolves, compose_error_line, compose_job, resolving, validated
 from pdgym.agents.errors import fail, fail_error, one_line_errors, show_each_warning_once
@@ -376,6 +376,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             mod = spec.name if spec is not None else mod
 
         def task(cfg: DictConfig) -> Any:
+            interrupts.raise_if_interrupted()  # a Ctrl-C lost while Hydra composed: no run starts
             target = getattr(importlib.import_module(mod), name)
             with users_environment():
                 return one_line_errors(app)(getattr(target, "__wrapped__", target))(cfg)

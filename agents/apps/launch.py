@@ -4,7 +4,8 @@ An app's module is imported inside the guard: its imports take seconds (Hydra, p
 then was a 32-42 line traceback; now it is one line and exit status 130, as a Ctrl-C during a run is
 (agents/errors.one_line_errors). A KeyboardInterrupt that lands in a finaliser or a thread ("Exception ignored
 in ...") is handed to the main thread instead of printed, and once the app ends (an interrupt included) a further
-Ctrl-C while Python shuts down is ignored rather than printed as another traceback.
+Ctrl-C while Python shuts down is ignored rather than printed as another traceback. A Ctrl-C that CPython lost
+during the imports is raised again once they are done (agents/interrupts.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import importlib
 import os
 import signal
 import sys
+
+from pdgym.agents import interrupts
 
 
 def _interrupt_main_instead(default):
@@ -47,7 +50,10 @@ def launch(app: str, module: str) -> object:
     if not sys.stderr.isatty():  # a log file, a pipe, CI: tqdm's default is no bar (its redraws fill logs with \r)
         os.environ.setdefault("TQDM_DISABLE", "1")
     try:
-        return importlib.import_module(module).main()
+        with interrupts.latched():
+            app_main = importlib.import_module(module).main
+            interrupts.raise_if_interrupted()
+            return app_main()
     except KeyboardInterrupt:
         _interrupted_exit(app)
     except Exception as exc:
