@@ -235,3 +235,27 @@ def test_the_latch_remembers_a_swallowed_ctrl_c_and_forgets_it_after():
         interrupts.raise_if_interrupted()  # forgotten once the app is done
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+# a Ctrl-C that lands in a finaliser is "unraisable": Python would print it and go on
+IN_A_FINALISER = """
+import pathlib, time
+class Finaliser:
+    def __del__(self):
+        raise KeyboardInterrupt
+def main():
+    Finaliser()
+    for _ in range(200):
+        time.sleep(0.05)
+    pathlib.Path("ran").write_text("")
+"""
+
+
+def test_a_ctrl_c_in_a_finaliser_stops_the_app_in_one_line(tmp_path):
+    (tmp_path / "in_finaliser.py").write_text(IN_A_FINALISER)
+    r = subprocess.run([sys.executable, "-c", "from pdgym.agents.apps.launch import launch; launch('pdgym-x', 'in_finaliser')"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)}, check=False)
+    assert r.returncode == 130 and r.stderr.strip().splitlines() == [
+        "pdgym-x: error: interrupted; this run wrote no result"], r.stderr
+    assert not (tmp_path / "ran").exists()

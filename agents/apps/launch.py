@@ -25,8 +25,14 @@ def _interrupt_main_instead(default):
             import _thread
             import threading
 
-            # raised again in the main thread, from another thread: raising it here (in the hook) would be lost
-            threading.Thread(target=_thread.interrupt_main, daemon=True).start()
+            # raised again in the main thread, from another thread, once this hook has returned (raised inside the
+            # hook it would be lost again; a thread that interrupts at once could land inside this hook's own
+            # Thread.start, which CI saw print as "Exception ignored in sys.unraisablehook"). A second Ctrl-C
+            # inside the hook is dropped here: the latch (agents/interrupts.py) holds it.
+            with contextlib.suppress(KeyboardInterrupt):
+                later = threading.Timer(0.05, _thread.interrupt_main)
+                later.daemon = True
+                later.start()
             return
         default(unraisable)
 
