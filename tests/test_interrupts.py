@@ -211,7 +211,7 @@ def main():
 def test_a_ctrl_c_lost_during_the_imports_still_stops_the_app(tmp_path):
     (tmp_path / "loses_ctrl_c.py").write_text(LOSES_THE_CTRL_C)
     cmd = [sys.executable, "-c", "from pdgym.agents.apps.launch import launch; launch('pdgym-x', 'loses_ctrl_c')"]
-    r = _interrupt(cmd, lambda: (tmp_path / "importing").exists(), signal.SIGINT, tmp_path,
+    r = _interrupt(cmd, (tmp_path / "importing").exists, signal.SIGINT, tmp_path,
                    env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert r.returncode == 130 and r.stderr.strip().splitlines() == [
         "pdgym-x: error: interrupted; this run wrote no result"], r.stderr
