@@ -63,22 +63,33 @@ class _Dense:
 
 
 class _Log:
+    """Records each decision, and how many units the router keyed for it."""
+
     def choose_unit(self, sim, rid, healthy):
         got = super().choose_unit(sim, rid, healthy)
         self.log.append((rid, *got))
         return got
 
+    def argmin_unit(self, sim, rid, healthy, keys, by_backlog=None):
+        def counted(i, P, units, *rest):
+            self.keyed += len(units)
+            return keys(i, P, units, *rest)
+
+        return super().argmin_unit(sim, rid, healthy, counted, by_backlog)
+
 
 @pytest.mark.parametrize("router", [CacheTTFT, DynamoKV])
 def test_grouped_routers_decide_as_the_full_scan(router):
-    cfg = load_scenario("prefix_mooncake", ["workload.num_requests=700", "cluster.prefill.cache_tokens=40960",
+    cfg = load_scenario("prefix_mooncake", ["workload.num_requests=400", "cluster.prefill.cache_tokens=40960",
                                             "cluster.prefill.host_cache_tokens=200000"]).sim
     logs = []
     for cls in (type("G", (_Log, router), {}), type("D", (_Log, _Dense, router), {})):
         pol = cls()
-        pol.log = []
+        pol.log, pol.keyed = [], 0
         Simulator(cfg, make_policies({"prefill": pol}), seed=0).run()
-        logs.append(pol.log)
-    grouped, dense = logs
-    assert len(grouped) >= 700 and grouped == dense
+        logs.append((pol.log, pol.keyed))
+    (grouped, keyed), (dense, keyed_dense) = logs
+    assert len(grouped) >= 400 and grouped == dense
+    assert keyed_dense == 64 * len(dense)  # the full scan keys all 8 x 8 units per request
+    assert keyed < 0.5 * keyed_dense  # the groups: a few units per instance
     assert len({(i, d) for _, i, d in grouped}) > 16  # the decisions spread over the units: not a trivial run
