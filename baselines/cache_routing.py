@@ -82,14 +82,35 @@ class UnitDispatch(ImmediateDispatch):
         P = sim.prefill[inst]
         return P.queued_tokens + P.inflight_tokens
 
-    def argmin_unit(self, sim, rid: int, healthy: list[int], keys) -> tuple[int, int]:
-        """The (instance, unit) whose key is least: `keys(i, instance, hits, host, backlog)` gives one tuple per
-        unit of instance i; ties go to a rotating instance, then the lower unit."""
+    def argmin_unit(self, sim, rid: int, healthy: list[int], keys, by_backlog=None) -> tuple[int, int]:
+        """The (instance, unit) whose key is least: `keys(i, instance, units, hits, host, backlog)` gives one tuple
+        per unit of `units` (hits and host indexed by unit); ties go to a rotating instance, then the lower unit.
+        by_backlog(i, instance) True: among units of equal hit the key grows strictly with the backlog, so only
+        the least backlogged unit (the lower among equals) of each group of PrefillFacade.cache_matches is keyed:
+        a few keys per instance, not one per unit."""
         best, n = None, len(healthy)
         for i in healthy:
             P = sim.prefill[i]
-            hits, host = P.cache_hits(rid)
-            for d, k in enumerate(keys(i, P, hits, host, self.backlog(sim, i))):
+            back = self.backlog(sim, i)
+            if by_backlog is not None and by_backlog(i, P):
+                units, hits, host = [], {}, {}
+                load = back.tolist()
+                for mask, h, s in P.cache_matches(rid):
+                    low = mask & -mask
+                    d = low.bit_length() - 1
+                    mask ^= low
+                    while mask:  # units in ascending order: strict < keeps the lower among equals
+                        low = mask & -mask
+                        u = low.bit_length() - 1
+                        if load[u] < load[d]:
+                            d = u
+                        mask ^= low
+                    units.append(d)
+                    hits[d], host[d] = h, s
+            else:
+                units = range(P.dp)
+                hits, host = P.cache_hits(rid)
+            for d, k in zip(units, keys(i, P, units, hits, host, back)):
                 key = (*k, (i - self._turn) % n, d)
                 if best is None or key < best[0]:
                     best = (key, i, d)
@@ -119,14 +140,15 @@ class CacheTTFT(UnitDispatch):
     def choose_unit(self, sim, rid: int, healthy: list[int]) -> tuple[int, int]:
         now, work = sim.now, int(sim.req.work[rid])
 
-        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
+        def keys(i: int, P, units, hits, host, back) -> list[tuple]:
             t_pass, chunk = self.t_pass(sim, i), P.chunk_tokens
             wait = max(P.pass_end - now, 0.0) if P.busy else 0.0
             s_tok = P.blocks.host_s_per_token if P.blocks is not None else 0.0
             return [(wait + (int(back[d]) + work - hits[d]) / chunk * t_pass + host[d] * s_tok, -hits[d])
-                    for d in range(P.dp)]
+                    for d in units]
 
-        return self.argmin_unit(sim, rid, healthy, keys)
+        # the backlog's weight is t_pass / chunk: with a positive pass time the key grows with the backlog
+        return self.argmin_unit(sim, rid, healthy, keys, lambda i, P: self.t_pass(sim, i) > 0.0)
 
 
 @register("prefill", "dynamo_kv")
@@ -139,10 +161,10 @@ class DynamoKV(UnitDispatch):
     def choose_unit(self, sim, rid: int, healthy: list[int]) -> tuple[int, int]:
         work, bt, w = int(sim.req.work[rid]), sim.block_tokens or 512, self.overlap_weight
 
-        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
-            return [(w * (int(back[d]) + work - hits[d]) / bt + (int(back[d]) + work) / bt,) for d in range(P.dp)]
+        def keys(i: int, P, units, hits, host, back) -> list[tuple]:
+            return [(w * (int(back[d]) + work - hits[d]) / bt + (int(back[d]) + work) / bt,) for d in units]
 
-        return self.argmin_unit(sim, rid, healthy, keys)
+        return self.argmin_unit(sim, rid, healthy, keys, lambda i, P: True)  # (back + work) / bt: grows with back
 
 
 @register("prefill", "sglang_cache")
@@ -214,7 +236,7 @@ class PrebleE2(UnitDispatch):
         bt = sim.block_tokens or 512
         n_blocks = -(-work // bt)
 
-        def keys(i: int, P, hits: list[int], host: list[int], back) -> list[tuple]:
+        def keys(i: int, P, units, hits: list[int], host: list[int], back) -> list[tuple]:
             load = P.load_tokens()
             if hit_max > work - hit_max:  # exploit: the cached part outweighs what is missing
                 return [(-hits[d], int(load[d])) for d in range(P.dp)]

@@ -154,6 +154,11 @@ class PrefillFacade(Frozen):
         host tier (zeros without block caches)."""
         return self._i.cache_hits(rid)
 
+    def cache_matches(self, rid: int) -> list[tuple[int, int, int]]:
+        """cache_hits grouped: (bit mask of DP units, hit tokens, host tokens) per group of units with the same
+        hit (units holding nothing of the prompt last): no step per unit, for routers that key a group once."""
+        return self._i.cache_matches(rid)
+
     def cache_fill(self) -> list[float]:
         """Per DP unit: the fraction of the HBM prefix-cache capacity in use (empty without block caches)."""
         return self._i.cache_fill()

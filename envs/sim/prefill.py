@@ -17,7 +17,7 @@ import numpy as np
 
 from . import requests as R
 from .events import EventKind, PassKind, PrefillEnd
-from .prefix_cache import UnitCache
+from .prefix_cache import UnitCache, UnitsIndex
 
 if TYPE_CHECKING:  # pragma: no cover
     from .host import Host
@@ -83,6 +83,7 @@ class PrefillInstance:
         self.bcaches = None if blocks is None else [
             UnitCache(blocks.capacity_tokens, blocks.block_tokens, blocks.eviction, blocks.host_tokens)
             for _ in range(dp)]
+        self.index: UnitsIndex | None = None  # which units hold which block: built by the first cache_matches
         self.host_load: dict[int, float] = {}  # request -> seconds to load its host-tier hit before its first pass
         self.locked: dict[int, int] = {}  # request -> blocks it locked on its unit (matched at dispatch)
         self._zeros = np.zeros(dp)
@@ -104,21 +105,37 @@ class PrefillInstance:
         req = self.sim.req
         return req.block_ids[req.block_off[rid]:req.block_off[rid + 1]].tolist()
 
+    def cache_matches(self, rid: int) -> list[tuple[int, int, int]]:
+        """cache_hits grouped: (bit mask of DP units, hit tokens, host tokens) per group of units with the same
+        hit, the units that hold none of `rid`'s prompt last (left out when there are none). One walk of the chain
+        over an index of the units' blocks (built on the first call, then kept by the caches): no step per unit."""
+        full = (1 << self.dp) - 1
+        if self.bcaches is None:
+            return [(full, 0, 0)]
+        if self.index is None:
+            self.index = UnitsIndex(self.bcaches)
+        cap = int(self.sim.req.work[rid]) - 1
+        bt = self.blocks.block_tokens
+        out, rest = [], full
+        for mask, m, h in self.index.matches(self.chain(rid)):
+            hit = min(m * bt, cap)
+            out.append((mask, hit, min(h * bt, hit)))
+            rest &= ~mask
+        if rest:
+            zero = min(0, cap)
+            out.append((rest, zero, min(0, zero)))
+        return out
+
     def cache_hits(self, rid: int) -> tuple[list[int], list[int]]:
         """Per DP unit: prompt tokens of `rid` its prefix-block cache would serve now, and how many of them sit
         in the host tier (to be loaded). Zeros without block caches."""
-        if self.bcaches is None:
-            return [0] * self.dp, [0] * self.dp
-        req = self.sim.req
-        chain = self.chain(rid)
-        cap = int(req.work[rid]) - 1
-        bt = self.blocks.block_tokens
-        hits, host = [], []
-        for c in self.bcaches:
-            m, h = c.match(chain)
-            hit = min(m * bt, cap)
-            hits.append(hit)
-            host.append(min(h * bt, hit))
+        hits, host = [0] * self.dp, [0] * self.dp
+        for mask, h, s in self.cache_matches(rid):
+            while mask:
+                low = mask & -mask
+                u = low.bit_length() - 1
+                hits[u], host[u] = h, s
+                mask ^= low
         return hits, host
 
     def cache_fill(self) -> list[float]:

@@ -82,7 +82,7 @@ def sequential_hit_tokens(block_ids: np.ndarray, block_off: np.ndarray, prompt: 
 class BlockTier:
     """One tier (HBM or host DRAM) of one unit: a set of block hashes under a capacity and an eviction rule."""
 
-    __slots__ = ("belady", "capacity", "evictions", "heap", "keys", "locks", "lru", "order")
+    __slots__ = ("belady", "bit", "capacity", "evictions", "heap", "index", "keys", "locks", "lru", "order")
 
     def __init__(self, capacity_blocks: int, eviction: str):
         self.capacity = capacity_blocks
@@ -92,6 +92,22 @@ class BlockTier:
         self.heap: list[tuple[int, int]] = []  # belady: (-next use, block), stale entries skipped
         self.locks: dict[int, int] = {}  # block -> requests in flight that count on it
         self.evictions = 0
+        self.index: dict[int, int] | None = None  # block -> bit mask of the units holding it (UnitsIndex), once built
+        self.bit = 0  # this unit's bit in that index
+
+    def attach(self, index: dict[int, int], bit: int) -> None:
+        """Record this tier's blocks in `index` under `bit`, and keep them there as blocks enter and leave."""
+        self.index, self.bit = index, bit
+        for b in self.order:
+            index[b] = index.get(b, 0) | bit
+
+    def _unindex(self, b: int) -> None:
+        index = self.index
+        m = index[b] & ~self.bit
+        if m:
+            index[b] = m
+        else:
+            del index[b]
 
     def __contains__(self, b: int) -> bool:
         return b in self.order
@@ -114,6 +130,9 @@ class BlockTier:
             self.touch(b, nxt)
             return
         order[b] = nxt
+        index = self.index
+        if index is not None:
+            index[b] = index.get(b, 0) | self.bit
         if self.belady:
             heapq.heappush(self.heap, (-nxt, b))
         while len(order) > self.capacity:
@@ -121,6 +140,8 @@ class BlockTier:
             if v is None:
                 break  # every block is locked by requests in flight: the tier runs over until they finish
             evicted.append((v, order.pop(v)))
+            if index is not None:
+                self._unindex(v)
             self.evictions += 1
 
     def _victim(self) -> int | None:
@@ -150,6 +171,9 @@ class BlockTier:
         return None
 
     def clear(self) -> None:
+        if self.index is not None:
+            for b in self.order:
+                self._unindex(b)
         self.order.clear()
         self.heap.clear()
         self.locks.clear()
@@ -223,6 +247,61 @@ class UnitCache:
         self.hbm.clear()
         if self.host is not None:
             self.host.locks.clear()
+
+
+class UnitsIndex:
+    """Which DP units of one instance hold each block, as a bit mask per block and tier, kept current by the
+    tiers once built: matching a prompt against all the units walks its chain once (while some unit still
+    matches), not once per unit, and names only the units that hold part of it."""
+
+    __slots__ = ("hbm", "host", "n")
+
+    def __init__(self, caches: list[UnitCache]):
+        self.n = len(caches)
+        self.hbm: dict[int, int] = {}
+        self.host: dict[int, int] = {}
+        for u, c in enumerate(caches):
+            c.hbm.attach(self.hbm, 1 << u)
+            if c.host is not None:
+                c.host.attach(self.host, 1 << u)
+
+    def matches(self, chain: list[int]) -> list[tuple[int, int, int]]:
+        """UnitCache.match of every unit at once, grouped: (bit mask of units, blocks matched, host-only blocks)
+        for each group of units with the same match; units matching nothing are in no group. The walk costs
+        bit operations per block of the longest match, a step per unit only for host-tier hits."""
+        hbm, host = self.hbm, self.host
+        out: list[tuple[int, int, int]] = []
+        on_host: dict[int, int] = {}  # unit -> host-only blocks so far (units with none are absent)
+        alive = (1 << self.n) - 1
+        k = 0
+        for b in chain:
+            h = hbm.get(b, 0)
+            o = host.get(b, 0) & ~h if host else 0
+            gone = alive & ~(h | o)
+            if gone and k:
+                _settle(gone, k, on_host, out)
+            alive &= h | o
+            if not alive:
+                return out
+            o &= alive
+            while o:
+                low = o & -o
+                u = low.bit_length() - 1
+                on_host[u] = on_host.get(u, 0) + 1
+                o ^= low
+            k += 1
+        if k:
+            _settle(alive, k, on_host, out)
+        return out
+
+
+def _settle(units: int, k: int, on_host: dict[int, int], out: list[tuple[int, int, int]]) -> None:
+    """The units of mask `units` matched k blocks: one group, less the units with host-tier blocks (one each)."""
+    for u in [u for u in on_host if units >> u & 1]:
+        out.append((1 << u, k, on_host[u]))
+        units &= ~(1 << u)
+    if units:
+        out.append((units, k, 0))
 
 
 def cache_capacity(cfg_tokens: int | None, kv_tokens: int, reserve: int, block_tokens: int, key: str) -> int:
