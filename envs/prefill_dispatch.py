@@ -26,11 +26,12 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.slo_admit import AdmitAgent, AdmitEnvAdapter, AttainmentMeter
 from pdgym.envs.wait_meter import WaitMeter
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = POINTS["prefill"].max_episode_steps
-MODES = ("timing", "allocation", "composition", "route")  # route: envs/prefix_route.py
+MODES = ("timing", "allocation", "composition", "route", "admit")  # route: envs/prefix_route.py; admit: slo_admit.py
 CLIP = 5.0
 _LOG256 = math.log1p(256)
 
@@ -467,9 +468,10 @@ class AgentPolicy(_Core):
     (INVALID_ACTION_RULE, default hold); `invalid_actions` counts them.
     """
 
-    def __new__(cls, predict, **env_kwargs):  # mode="route": the route core's agent (envs/prefix_route.py)
-        return (make_core(RouteAgent, {**env_kwargs, "predict": predict}, PrefillDispatchEnv.env_keys())
-                if env_kwargs.get("mode") == "route" else super().__new__(cls))
+    def __new__(cls, predict, **env_kwargs):  # route / admit: their cores' agents (envs/prefix_route.py, slo_admit.py)
+        agent = {"route": RouteAgent, "admit": AdmitAgent}.get(env_kwargs.get("mode"))
+        return (make_core(agent, {**env_kwargs, "predict": predict}, PrefillDispatchEnv.env_keys())
+                if agent is not None else super().__new__(cls))
 
     def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
         make_core(super().__init__, env_kwargs, PrefillDispatchEnv.env_keys())
@@ -517,6 +519,9 @@ class PrefillDispatchEnv(PdgymEnv):
     `mode="route"` (envs/prefix_route.py: its observation table, no other option): `Discrete(N D)`, no hold; each
     arrival is one decision, i D + d sends it at once to unit d of instance i (healthy instances); one observation
     row per unit (N D rows): the candidate's cached-prefix hit there, backlog, pass state, cache occupancy.
+    `mode="admit"` (envs/slo_admit.py: its observation table and reward; P/D or colocated): `Discrete(2)`; each fresh
+    arrival is one decision, 0 admits it to `base` (sbs / round_robin), 1 rejects it; the reward is the weighted SLO
+    attainment earned (an episode's return is its `slo_attainment`); options `base`, `obs_requests` (8), `slack`.
     `action_masks()`: hold is always allowed; an instance (timing) or a unit (allocation) when health
     checks call it healthy and, with `mask_full` (default), it has capacity (C_avail > 0 on some unit /
     on that unit); skip while another candidate follows; in composition mode a class when it has a
@@ -589,6 +594,7 @@ class PrefillDispatchEnv(PdgymEnv):
         if reject_penalty_s is not None:
             check_float(reject_penalty_s, "env.reject_penalty_s")
         self.reward_scale = check_float(reward_scale, "env.reward_scale", lo_open=True)
+        self._admit = kwargs.get("mode") == "admit"  # SLO admission: colocated clusters too, its own reward
         super().__init__(scenario, **kwargs)
         pol = self.scenario_policies
         self.policy_specs = {"decode": decode if decode is not None else pol.get("decode"),
@@ -600,15 +606,16 @@ class PrefillDispatchEnv(PdgymEnv):
 
     # -------------------------------------------------------------- PdgymEnv hooks
     def _check_cluster(self, probe):
-        if not probe.disaggregated:
+        if not probe.disaggregated and not self._admit:
             raise ConfigError(f"env.scenario: {self.scenario} is colocated; PrefillDispatch needs "
                               "cluster.topology=disaggregated")
 
     def _make_core(self, options):
-        return make_core(RouteEnvAdapter if options.get("mode") == "route" else _EnvAdapter, options, self.env_keys())
+        core = {"route": RouteEnvAdapter, "admit": AdmitEnvAdapter}.get(options.get("mode"), _EnvAdapter)
+        return make_core(core, options, self.env_keys())
 
     def _size_core(self, probe):
-        self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)
+        self.core.fit(probe) if self._admit else self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)
 
     def _policies(self):
         return {"prefill": self.core, **{k: make_policy(k, v) for k, v in self.policy_specs.items() if v is not None}}
@@ -617,6 +624,7 @@ class PrefillDispatchEnv(PdgymEnv):
         self._decision_mask = None
         done = self.sim.run()
         self.meter = WaitMeter(self.sim)
+        self.slo_meter = AttainmentMeter(self.sim) if self._admit else None
         self._mark = self.meter.total()
         return done
 
@@ -628,6 +636,8 @@ class PrefillDispatchEnv(PdgymEnv):
         return self.sim.run()
 
     def _reward(self):
+        if self.slo_meter is not None:  # admit mode: the weighted SLO attainment earned (envs/slo_admit.py)
+            return float(self.slo_meter.step() / self.reward_scale)
         w, nf, nr = self.meter.total()
         w0, nf0, nr0 = self._mark
         self._mark = (w, nf, nr)

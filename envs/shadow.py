@@ -81,6 +81,10 @@ class ShadowView:
     def classes(self):
         return self._sim.classes
 
+    @property
+    def seed(self) -> int:
+        return self._sim.seed
+
     def healthy_prefill(self) -> list[int]:
         return self._sim.healthy_prefill()
 

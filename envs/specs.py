@@ -40,6 +40,8 @@ SPECS: Mapping[str, EnvSpec] = MappingProxyType({s.id: s for s in (
             "composition: SBS times the releases, the agent sends the whole buffer, its short or its long half"),
     EnvSpec("pdgym/PrefillRoute-v0", "prefill", {"mode": "route"},
             "route: each arrival to an (instance, DP unit), cache-aware (envs/prefix_route.py)"),
+    EnvSpec("pdgym/PrefillAdmit-v0", "prefill", {"mode": "admit"},
+            "admit: each arrival admitted or rejected, SLO admission on class tiers (envs/slo_admit.py)"),
     EnvSpec("pdgym/DecodeRouting-v0", "decode", {}, "worker: the offered pooled request to a worker, or skip / end"),
     EnvSpec("pdgym/DecodePick-v0", "decode", {"action": "pick"},
             "pick: the env names the worker, the agent picks its requests (envs/decode_pick.py)"),

@@ -19,13 +19,13 @@ from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel
 from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.sbs import SBS
-from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, prefix_route, shadow
+from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, prefix_route, shadow, slo_admit
 from pdgym.envs.features import Feature, Layout, parse_table, table
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import Simulator
 
 ENVS_DIR = Path(prefill_dispatch.__file__).parent
-ENV_MODULES = (prefill_dispatch, prefix_route, decode_routing, decode_pick, phase_batching, shadow)
+ENV_MODULES = (prefill_dispatch, prefix_route, slo_admit, decode_routing, decode_pick, phase_batching, shadow)
 # the names under which the envs hold each part -> the protocol that lists what they may use of it
 PARTS = {"cap": shared.Capacity, "pbaa": shared.Allocator, "sbs": shared.Releaser, "classes": shared.LengthSplit,
          "eb": shared.PhaseMachine, "projector": shared.Projector, "forecaster": shared.Forecaster,

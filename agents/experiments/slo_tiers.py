@@ -6,9 +6,10 @@ second the cluster serves a burst of `capacity_requests` under FCFS; declared bo
 same seeded traffic (`repro.seeds`): fcfs, priority, edf, least_slack, sjf, ltr, vllm_priority (queue.order), and
 conductor (early rejection in front of the scenario's dispatcher, queue in EDF order). The hindsight rows: the best
 prediction-reading rule (sjf, ltr, priority_sjf) with an oracle predictor (`<rule>_oracle_pred`: the same rule
-reading the true output lengths) and `sjf_oracle`, a clairvoyant order by the true output length
-(`oracle: true`). Differences are paired by seed (same traffic) with 95% bootstrap intervals: each row against
-fcfs, and the room = the best hindsight row minus the best non-clairvoyant heuristic."""
+reading the true output lengths), `sjf_oracle`, a clairvoyant order by the true output length
+(`oracle: true`), and `slo_hindsight`: the best heuristic behind hindsight admission (baselines/slo_hindsight.py:
+a reject set found by replaying the seeded run, clairvoyant). Differences are paired by seed (same traffic) with 95%
+bootstrap intervals: each row against fcfs, and the room = the best hindsight row minus the best non-clairvoyant heuristic."""
 
 from __future__ import annotations
 
@@ -49,6 +50,13 @@ def capacity(sc, n: int) -> float:
     return 0.8 * n / (hi - lo)
 
 
+def hindsight_base(best: str, base_prefill) -> tuple[dict, object]:
+    """(simulator overrides, prefill spec) of the row `best` (a queue order, or conductor_edf)."""
+    if best == "conductor_edf":
+        return {"queue": {"order": "edf"}}, {"name": "conductor", "base": base_prefill}
+    return {"queue": {"order": best}}, base_prefill
+
+
 def board(exp: Experiment, name: str, spec) -> pd.DataFrame:
     sc = load_scenario(spec.scenario, list(spec.get("overrides", [])))
     cap = capacity(sc, int(exp.p.capacity_requests))
@@ -72,7 +80,12 @@ def board(exp: Experiment, name: str, spec) -> pd.DataFrame:
     runs[f"{reader}_oracle_pred"], extra[f"{reader}_oracle_pred"] = [m[METRIC] for m in ms], ms
     ms = [_run(sc, {"queue": {"order": "sjf_oracle"}, "oracle": True}, s) for s in seeds]
     runs["sjf_oracle"], extra["sjf_oracle"] = [m[METRIC] for m in ms], ms
-    hind = {f"{reader}_oracle_pred", "sjf_oracle"}
+    over, pre = hindsight_base(best, base_prefill)
+    others = {k: v for k, v in sc.policy.items() if k != "prefill" and v is not None}
+    row = {"name": "slo_hindsight", "base": pre, "others": others}
+    ms = [_run(sc, {**over, "oracle": True}, s, prefill=row) for s in seeds]
+    runs["slo_hindsight"], extra["slo_hindsight"] = [m[METRIC] for m in ms], ms
+    hind = {f"{reader}_oracle_pred", "sjf_oracle", "slo_hindsight"}
     top_hind = max(hind, key=lambda k: np.mean(runs[k]))
     out = []
     for label, v in runs.items():

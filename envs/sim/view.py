@@ -40,7 +40,7 @@ VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill
 
 # Engine attributes a view hands out as they are: immutable values, bound query and action methods.
 SHARED = ("disaggregated", "rng", "healthy_prefill", "prefix_hit", "fill_prefill", "dispatch", "reject", "set_timer",
-          "admit", "pause", "block_tokens")
+          "admit", "pause", "block_tokens", "seed")
 # Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
 BLOCKS = ("block_ids", "block_off")
 # Optional arrays: None when the run has none. predicted: the output length predicted at arrival (prediction.py).
@@ -93,6 +93,7 @@ class SimView(Protocol):
     tokens_out: int
     block_tokens: int  # tokens per prefix block of req.block_ids (0: the workload has no block hashes)
     classes: ClassTable  # the run's SLO classes (classes.py): req.cls indexes names, ttft_s, tpot_s, weight
+    seed: int  # the run's seed (with cfg it replays the same traffic: a hindsight row, baselines/slo_hindsight.py)
 
     def healthy_prefill(self) -> tuple[int, ...]: ...
 
