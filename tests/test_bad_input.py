@@ -82,6 +82,20 @@ SIM = [
     # interpolations that do not resolve (an InterpolationKeyError traceback)
     (["workload.rate=${nonexistent}"], "workload.rate"), (["workload.rate=${oc.env:NO_SUCH_PDGYM_VAR}"], "NO_SUCH"),
     (["+workload.x=${nonexistent}"], "workload.x: Interpolation key"), (["hydra.mode=MULTIRUN"], "hydra.mode"),
+    # issue 33's bad input: SLO tiers, predictors, a queue order that needs a predictor (the unknown trace label:
+    # test_an_unknown_class_label_in_a_trace_is_one_line_naming_the_allowed_tiers)
+    (["workload.classes=[{name: a, share: 0.5}, {name: b, share: 0.4}]"], "workload.classes: shares sum to 0.9"),
+    (["workload.classes=[{name: a, share: -0.5}, {name: b, share: 1.5}]"], "workload.classes[0].share"),
+    (["workload.classes=[{name: a, share: 1.0, ttft_s: 0}]"], "workload.classes[0].ttft_s"),
+    (["workload.classes=[{name: a, share: 1.0, tpot_s: nan}]"], "workload.classes[0].tpot_s"),
+    (["workload.classes=[{name: a, share: 1.0, ttft_s: inf}]"], "workload.classes[0].ttft_s"),
+    (["workload.classes=[{name: a, share: 0.5}, {name: a, share: 0.5}]"], "workload.classes[1].name: duplicate"),
+    (["workload.classes=[{name: a, share: 1.0, weight: -1}]"], "workload.classes[0].weight"),
+    (["workload.predictor.kind=lognormal", "workload.predictor.sigma=-0.1"], "workload.predictor.sigma"),
+    (["workload.predictor.kind=buckets", "workload.predictor.buckets=1"], "workload.predictor.buckets"),
+    (["workload.predictor.kind=buckets", "workload.predictor.confusion=1.5"], "workload.predictor.confusion"),
+    (["queue.order=sjf"], "queue.order"), (["workload.class_by=label", "workload.classes=[{name: a}]"],
+                                             "workload.class_by: class_by=label reads the class column"),
 ]
 REPRO = [
     (["no_such_repro"], "md1_check"), ([], "usage"), (["seed=3"], "usage"),
@@ -322,6 +336,21 @@ def test_trace_errors_are_plain_and_cut(tmp_path):
             make_workload(WorkloadConfig(trace=str(path), num_requests=10), None)
         msg = str(e.value)
         assert want in msg and "np.float64" not in msg and len(msg) < 600 and "\n" not in msg, msg
+
+
+def test_an_unknown_class_label_in_a_trace_is_one_line_naming_the_allowed_tiers(tmp_path_factory, monkeypatch,
+                                                                                capsys):
+    trace = tmp_path_factory.mktemp("trace") / "labelled.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,class\n0.0,100,5,chat\n0.5,200,6,gold\n")
+    run = tmp_path_factory.mktemp("cwd")
+    code, err, lines = _fail_in_process("pdgym-sim", [
+        f"workload.trace={trace}", "workload.num_requests=2", "workload.class_by=label",
+        "workload.classes=[{name: chat, ttft_s: 0.3}, {name: batch, ttft_s: 5.0}]", f"hydra.run.dir={run / 'run'}"],
+        run, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0] == ("pdgym-sim: error: workload.trace: class label 'gold' in column class names no class of "
+                        "workload.classes; allowed: chat, batch"), lines[0]
+    assert os.listdir(run) == []
 
 
 # Hydra's --experimental-rerun unpickles the file it names: refused on every app (and argparse's prefixes of it).

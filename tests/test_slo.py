@@ -219,3 +219,39 @@ def test_vllm_priority_on_a_disaggregated_decode_tier_preempts_batch_for_chat_an
     r = ranked.requests
     assert r.preemptions[r["class"] == "batch"].sum() > 2 * r.preemptions[r["class"] == "chat"].sum() > 0
     assert ranked.metrics()["slo_tpot_attainment_chat"] >= fifo.metrics()["slo_tpot_attainment_chat"]
+
+
+def test_a_trace_class_column_labels_each_row_with_the_tier_of_that_name(tmp_path):
+    """class_by=label: requests.csv's class is the replayed rows' own label (Azure CSV and Mooncake JSON lines),
+    whatever the order of the tiers; a label no tier names, a missing label or a trace without the column is one
+    line naming the key."""
+    import json
+
+    rng = np.random.default_rng(0)
+    labels = rng.choice(["batch", "chat"], size=60, p=[0.3, 0.7])
+    rows = "".join(f"{0.1 * i:.1f},{int(p)},{int(o)},{c}\n" for i, (p, o, c) in
+                   enumerate(zip(rng.integers(50, 500, 60), rng.integers(2, 40, 60), labels)))
+    csv = tmp_path / "labelled.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,class\n" + rows)
+    jsonl = tmp_path / "labelled.jsonl"
+    jsonl.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 600, "output_length": 8,
+                                         "hash_ids": [i, i + 1], "class": c}) + "\n" for i, c in enumerate(labels)))
+    # the tiers in the other order than the labels' first appearance (chat): a code passed through unmapped fails
+    tiers = [{"name": "batch", "ttft_s": 8.0}, {"name": "chat", "ttft_s": 0.3, "tpot_s": 0.05, "weight": 2.0}]
+    for trace in (csv, jsonl):
+        cfg = coloc({"workload": {"trace": str(trace), "trace_offset": 10, "num_requests": 40, "class_by": "label",
+                                  "classes": tiers, "arrival": "trace", "rate": None}})
+        r = simulate(cfg, None, seed=1).requests
+        assert list(r["class"].astype(str)) == list(labels[10:50]), trace.name
+    bad = [("gold", "workload.trace: class label 'gold' in column class names no class of workload.classes; "
+                    "allowed: batch, chat"),
+           ("", "workload.trace: missing or non-text class label")]
+    for label, want in bad:
+        csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,class\n0,10,5,chat\n1,10,5," + label + "\n")
+        with pytest.raises(ConfigError) as e:
+            Simulator(coloc({"workload": {"trace": str(csv), "num_requests": 2, "class_by": "label",
+                                          "classes": tiers}}), seed=0)
+        assert str(e.value).startswith(want), str(e.value)
+    with pytest.raises(ConfigError, match=r"^workload.trace: 'azure_code' has no class column"):
+        Simulator(coloc({"workload": {"trace": "azure_code", "num_requests": 5, "class_by": "label",
+                                      "classes": tiers}}), seed=0)

@@ -9,7 +9,9 @@ SLO and a weight (ALGORITHMS.md section 9; docs/concepts.md, "SLO tiers").
     prompt  a length rule: a request goes to the first class whose `max_prompt` is >= its prompt (the last
             class, with no `max_prompt`, takes the rest);
     trace   a real label: every class names a trace (`trace: azure_conv`) and the workload is the merge of those
-            traces on their own timestamps (workload.py), each row labelled by the trace it came from.
+            traces on their own timestamps (workload.py), each row labelled by the trace it came from;
+    label   a real label in the replayed trace (`workload.trace`): its `class` column (traces.py) names each row's
+            tier, mapped onto the classes by name; a label no class names is refused (`label_classes`).
 
 Without `workload.classes` a run has one class, `default`, whose SLO is the scenario's `slo` (weight 1): every
 request carries class 0 and nothing is drawn, so every result is what it was before classes existed.
@@ -24,9 +26,9 @@ import numpy as np
 
 from .validation import check, is_num
 
-__all__ = ["CLASS_BY", "ClassTable", "SLOClass", "assign_classes", "class_table"]
+__all__ = ["CLASS_BY", "ClassTable", "SLOClass", "assign_classes", "class_table", "label_classes"]
 
-CLASS_BY = ("share", "prompt", "trace")
+CLASS_BY = ("share", "prompt", "trace", "label")
 DEFAULT_CLASS = "default"
 
 
@@ -123,7 +125,7 @@ def class_table(classes: list[SLOClass] | None, ttft_s: float, tpot_s: float) ->
 
 def assign_classes(classes: list[SLOClass] | None, class_by: str, prompt: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
-    """Class code (int8) of every request for class_by share or prompt (trace labels come with the merge)."""
+    """Class code (int8) of every request for class_by share or prompt (trace and label: with the trace's rows)."""
     n = prompt.shape[0]
     if not classes or len(classes) == 1:
         return np.zeros(n, dtype=np.int8)
@@ -133,3 +135,18 @@ def assign_classes(classes: list[SLOClass] | None, class_by: str, prompt: np.nda
                           len(classes) - 1).astype(np.int8)
     bounds = np.array([c.max_prompt for c in classes[:-1]], dtype=np.int64)
     return np.searchsorted(bounds, prompt, side="left").astype(np.int8)
+
+
+def label_classes(classes: list[SLOClass], codes: np.ndarray, names: tuple[str, ...],
+                  key: str = "workload.trace") -> np.ndarray:
+    """class_by=label: the class code (int8) of each row whose trace label is names[codes[i]], matched by name.
+
+    Every label the trace holds must name a class (checked over the whole file, not only the replayed rows,
+    so the answer does not depend on `trace_offset`)."""
+    index = {c.name: k for k, c in enumerate(classes)}
+    allowed = ", ".join(index)
+    for label in names:
+        check(label in index, key, f"class label {label!r} in column class names no class of workload.classes; "
+                                   f"allowed: {allowed}")
+    lut = np.array([index[label] for label in names], dtype=np.int8)
+    return lut[codes]

@@ -124,7 +124,7 @@ class WorkloadConfig:
     chat: ChatConfig = field(default_factory=ChatConfig)  # synthetic multi-turn prefix blocks (sessions > 0)
     phases: list[WorkloadPhase] | None = None  # concatenated segments (distribution shift)
     classes: list[SLOClass] | None = None  # SLO tiers (classes.py); null: one class with the scenario's slo
-    class_by: str = "share"  # how requests get a class: share | prompt | trace (classes.py)
+    class_by: str = "share"  # how requests get a class: share | prompt | trace | label (classes.py)
     predictor: PredictorConfig = field(default_factory=PredictorConfig)  # output-length predictions (prediction.py)
 
     TRACE_ARRIVALS = ("redraw", "recorded", "process")
@@ -170,6 +170,10 @@ class WorkloadConfig:
             check(self.trace is None and not self.phases and self.chat.sessions == 0, f"{key}.class_by",
                   "class_by=trace merges the classes' own traces; it cannot be combined with workload.trace, "
                   "phases or chat")
+        if self.classes and self.class_by == "label":
+            check(self.trace is not None, f"{key}.class_by",
+                  "class_by=label reads the class column of workload.trace; set workload.trace (a trace file with a "
+                  "class column)")
         if self.chat.sessions > 0:
             check(self.prefix_groups == 0, f"{key}.chat.sessions",
                   "cannot be combined with workload.prefix_groups (two prefix models); set one of them")

@@ -7,9 +7,12 @@ one JSON object a line, `timestamp` (ms), `input_length`, `output_length`, `hash
 prompt's 512-token blocks, `len == ceil(input_length / 512)`). The format is read from the content (a
 file whose first character is `{` is JSON lines); a `.csv` / `.jsonl` name that disagrees with it is
 refused. The block hashes become two flat arrays (CSR: `block_ids`, `block_off`), never per-request
-lists. `read_trace` parses a file once (cached by path, size and mtime) into read-only arrays and
-rejects a malformed file with one `ConfigError` line naming the key, the line and the field; how a trace
-becomes a workload (windows, rescaling, re-drawn arrival times) is `workload.py`'s business.
+lists. Any of the three may carry a class label per request (a CSV column / JSON field `class`, a tier's name,
+the same column requests.csv writes): it becomes `label_codes` into `label_names` (in order of first
+appearance), which `workload.class_by: label` maps onto the configured tiers by name (classes.py).
+`read_trace` parses a file once (cached by path, size and mtime) into read-only arrays and rejects a malformed
+file with one `ConfigError` line naming the key, the line and the field; how a trace becomes a workload
+(windows, rescaling, re-drawn arrival times) is `workload.py`'s business.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pandas as pd
 from pdgym.envs.sim.safe_files import MAX_JSON_DEPTH, check_regular_file, too_deep
 from pdgym.envs.sim.validation import ConfigError, check
 
-__all__ = ["COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
+__all__ = ["CLASS_COLUMN", "COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
 
 SHIPPED_TRACES: dict[str, str] = {
     "azure_conv": "AzureLLMInferenceTrace_conv.csv",
@@ -38,6 +41,7 @@ SHIPPED_TRACES: dict[str, str] = {
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hashed prefix block in Mooncake's traces
 MAX_TRACE_BYTES = 256 * 2**20  # a trace file larger than this is refused before it is read (the shipped ones: < 4 MB)
 
+CLASS_COLUMN = "class"  # a trace's optional class label (CSV column / JSON-lines field), as in requests.csv
 _AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _VIDUR_COLS = ("num_prefill_tokens", "num_decode_tokens")
 _FORMATS = ("need TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or "
@@ -86,6 +90,9 @@ class Trace:
     block_ids: np.ndarray | None = None  # int64, flat
     block_off: np.ndarray | None = None  # int64 [rows + 1]
     block_tokens: int = 0  # tokens per block (0: no block hashes)
+    # class labels (a `class` column): request i's label is label_names[label_codes[i]]
+    label_codes: np.ndarray | None = None  # int64 [rows]
+    label_names: tuple[str, ...] = ()
 
 
 MAX_TRACE_TOKENS = 10**9  # tokens in one request's prompt or output
@@ -114,6 +121,18 @@ def _int_column(df: pd.DataFrame, col: str, key: str) -> np.ndarray:
         raise ConfigError(f"{key}: length {_plain(df[col].iloc[i])} in column {col} at line {i + 2} is too large; "
                           f"token counts must be integers in [1, {MAX_TRACE_TOKENS:,}]")
     return vals.astype(np.int64)
+
+
+def _labels(values: list | np.ndarray, key: str, first_line: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """A class label per row (non-empty strings) -> codes into the names, in order of first appearance."""
+    for i, v in enumerate(values):
+        if not isinstance(v, str) or v.strip() == "":
+            raise ConfigError(f"{key}: missing or non-text class label {_plain(v)} in column {CLASS_COLUMN} at line "
+                              f"{i + first_line}; every row needs the name of its class")
+    codes, names = pd.factorize(np.asarray([v.strip() for v in values], dtype=object))
+    codes = codes.astype(np.int64)
+    codes.setflags(write=False)
+    return codes, tuple(str(n) for n in names)
 
 
 def _check_times(t: np.ndarray, col: str, key: str) -> None:
@@ -182,7 +201,7 @@ _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 def _read_mooncake(path: str, key: str) -> Trace:
     """Mooncake JSON lines -> a Trace with flat block arrays; one line per error, naming file, line and field."""
-    prompt, output, times, ids, off = [], [], [], [], [0]
+    prompt, output, times, ids, off, labels = [], [], [], [], [0], []
     bt = MOONCAKE_BLOCK_TOKENS
     where = f"{key}: {path}"
     try:
@@ -228,6 +247,11 @@ def _read_mooncake(path: str, key: str) -> Trace:
                 if len(h) != need:
                     raise ConfigError(f"{where} line {n}: field hash_ids has {len(h)} blocks; input_length "
                                       f"{lens[0]} needs ceil({lens[0]} / {bt}) = {need}")
+                if prompt and (CLASS_COLUMN in row) != bool(labels):
+                    raise ConfigError(f"{where} line {n}: field {CLASS_COLUMN} is on some lines and not on others; "
+                                      "give every line its class label, or none")
+                if CLASS_COLUMN in row:
+                    labels.append(row[CLASS_COLUMN])
                 prompt.append(lens[0])
                 output.append(lens[1])
                 times.append(t)
@@ -242,8 +266,9 @@ def _read_mooncake(path: str, key: str) -> Trace:
               np.asarray(ids, dtype=np.int64), np.asarray(off, dtype=np.int64)]
     for a in arrays:
         a.setflags(write=False)
+    codes, names = _labels(labels, where, 1) if labels else (None, ())
     return Trace(prompt=arrays[0], output=arrays[1], times=arrays[2], name=path, block_ids=arrays[3],
-                 block_off=arrays[4], block_tokens=bt)
+                 block_off=arrays[4], block_tokens=bt, label_codes=codes, label_names=names)
 
 
 @functools.lru_cache(maxsize=16)
@@ -252,7 +277,7 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
     if _sniff_jsonl(path, key):
         return _read_mooncake(path, key)
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, dtype={CLASS_COLUMN: str})  # a label '1' stays the name '1'
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{key}: empty trace {path!r} (no header, no rows)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError, EOFError, OSError) as exc:
@@ -287,7 +312,10 @@ def _read_trace_cached(path: str, mtime_ns: int, size: int, key: str) -> Trace:
     for a in (prompt, output, times):
         if a is not None:
             a.setflags(write=False)
-    return Trace(prompt=prompt, output=output, times=times, name=path)
+    codes, names = (None, ())
+    if CLASS_COLUMN in cols:
+        codes, names = _labels(df[CLASS_COLUMN].tolist(), key, 2)
+    return Trace(prompt=prompt, output=output, times=times, name=path, label_codes=codes, label_names=names)
 
 
 def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:

@@ -81,7 +81,8 @@ its own.
 Classes and predictions (`workload.classes`, `workload.predictor`; classes.py and prediction.py are the
 reference): every request gets a class code `cls` and, with a predictor, a predicted output length, both drawn
 from `labels_rng`, a generator apart from the traffic's, so one class and no predictor leave every array above
-as it was. class_by=trace merges the classes' traces on their timestamps (`_merged_traces`).
+as it was. class_by=trace merges the classes' traces on their timestamps (`_merged_traces`); class_by=label reads
+the replayed rows' `class` column (traces.py) and maps each label onto the class of that name.
 
 Phases (`workload.phases` non-empty): the workload is the concatenation of the phases, each with its
 own `num_requests` and prompt / output lengths; `workload.num_requests` is ignored (the total is the
@@ -102,7 +103,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from pdgym.envs.sim.arrivals import ARRIVALS, LOOP_MODES, redraw, steps_schedule
 from pdgym.envs.sim.arrivals import arrivals as draw_arrivals
-from pdgym.envs.sim.classes import assign_classes
+from pdgym.envs.sim.classes import assign_classes, label_classes
 from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
 from pdgym.envs.sim.notices import PdgymWarning
 from pdgym.envs.sim.prediction import predict_lengths
@@ -269,7 +270,10 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator,
     else:
         wl, cls = _traffic(cfg, rng), None
     class_rng, pred_rng = np.random.default_rng(LABELS_SEED if labels_rng is None else labels_rng).spawn(2)
-    wl.cls = cls if cls is not None else assign_classes(cfg.classes, cfg.class_by, wl.prompt, class_rng)
+    if cls is None and wl.cls is None:  # class_by=label: the trace's rows brought theirs
+        cls = assign_classes(cfg.classes, cfg.class_by, wl.prompt, class_rng)
+    if cls is not None:
+        wl.cls = cls
     wl.predicted = predict_lengths(cfg.predictor, wl.output, pred_rng)
     return wl
 
@@ -403,6 +407,10 @@ def _trace_workload(cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
         lo, hi = int(tr.block_off[off]), int(tr.block_off[off + n])
         blocks = {"block_ids": tr.block_ids[lo:hi].copy(), "block_off": tr.block_off[off:off + n + 1] - lo,
                   "block_tokens": tr.block_tokens}
+    if cfg.classes and cfg.class_by == "label":
+        check(tr.label_codes is not None, "workload.trace", f"{cfg.trace!r} has no class column; class_by=label "
+              "maps each row's class label (a `class` column or JSON field) onto workload.classes")
+        blocks["cls"] = label_classes(cfg.classes, tr.label_codes[off:off + n], tr.label_names)
     return Workload(prompt=prompt, output=output, arrival=arrival, prefix_key=key, prefix_len=plen,
                     concurrency=np.full(n, int(cfg.concurrency), dtype=np.int64) if closed else None,
                     think_s=float(cfg.think_s) if closed else 0.0, **blocks)
