@@ -125,6 +125,7 @@ def run_case(scen: str, overrides: tuple[str, ...], over: dict, engine: str = "p
     res = simulate(cfg, policies, seed=7)
     metrics = res.metrics()
     metrics.pop("wall_time_s")
+    metrics.pop("goodput_per_gpu")  # came after the digests: goodput_rps (digested) / the configured GPUs (test_slo)
     # the prefix-cache metrics came after the other digests: a digest of their own where a run has a cache
     prefix = {k: metrics.pop(k) for k in PREFIX_KEYS}
     extra = {} if not any(prefix.values()) else {"prefix": _digest(json.dumps(_rounded(prefix), sort_keys=True))}

@@ -155,7 +155,7 @@ def test_preemption_conserves_requests_at_every_pause():
     assert int(((sim.req.state == R.FINISHED) | (sim.req.state == R.REJECTED)).sum()) == 300
 
 
-def test_conductor_rejects_early_and_counts_it_as_a_miss():
+def test_conductor_rejects_early_and_counts_it_as_a_miss_and_goodput_per_gpu_recomputes(tmp_path):
     cfg = merge_sim_config(load_scenario("ds_v3_h800_3p1d").sim, {"workload": {
         "num_requests": 400, "rate": 300.0, "classes": TIERS}, "queue": {"order": "edf"}})
     res = simulate(cfg, {"prefill": make_policy("prefill", {"name": "conductor", "base": "sbs"})}, seed=0)
@@ -164,6 +164,14 @@ def test_conductor_rejects_early_and_counts_it_as_a_miss():
     assert m["early_rejections"] == early.sum() > 0
     assert (r.finish[early] == r.arrival[early]).all()  # at arrival
     assert m["slo_attainment"] < 1 - early.mean() * min(t["weight"] for t in TIERS) / 3.0
+    # goodput per GPU from requests.csv: 3 prefill instances x (DP 8 x TP 2) + 1 decode instance x DP 32 = 80 GPUs
+    res.write(tmp_path)
+    r = pd.read_csv(tmp_path / "requests.csv")
+    slo = {t["name"]: (t["ttft_s"], t["tpot_s"]) for t in TIERS}
+    good = (r.status == "finished") & (r.ttft <= r["class"].map(lambda c: slo[c][0])) & (
+        r.tpot.isna() | (r.tpot <= r["class"].map(lambda c: slo[c][1])))
+    assert 0 < good.sum() < len(r)
+    assert m["goodput_per_gpu"] == pytest.approx(good.sum() / (r.finish.max() - r.arrival.min()) / 80, rel=1e-12)
 
 
 @pytest.mark.parametrize("over, key", [
@@ -255,3 +263,26 @@ def test_a_trace_class_column_labels_each_row_with_the_tier_of_that_name(tmp_pat
     with pytest.raises(ConfigError, match=r"^workload.trace: 'azure_code' has no class column"):
         Simulator(coloc({"workload": {"trace": "azure_code", "num_requests": 5, "class_by": "label",
                                       "classes": tiers}}), seed=0)
+
+
+def test_distserve_goodput_search_reports_the_rate_and_its_share_per_gpu(tmp_path, monkeypatch):
+    """pdgym-repro goodput on the P/D tiers board (80 GPUs: 3 x DP 8 x TP 2 prefill + DP 32 decode): the reported
+    rate is the highest probed rate that met the target, every probed rate above it missed, and per GPU it is
+    that rate / 80."""
+    import json
+
+    from pdgym.agents.apps import repro
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "gp"
+    try:
+        repro.main(["goodput", "scenario=slo_pd_tiers", "workload.num_requests=200", "repro.rel_tol=0.2",
+                    f"hydra.run.dir={out}"])
+    except SystemExit as e:
+        assert e.code in (0, None)
+    s = json.loads((out / "summary.json").read_text())
+    probes = pd.read_csv(out / "results.csv")
+    met = probes[probes.slo_attainment >= s["target"]]
+    assert s["goodput_rps"] == pytest.approx(met.rate.max(), rel=1e-12)
+    assert (probes[probes.rate > s["goodput_rps"]].slo_attainment < s["target"]).all()
+    assert s["gpus"] == 80 and s["goodput_per_gpu"] == pytest.approx(s["goodput_rps"] / 80, rel=1e-12)

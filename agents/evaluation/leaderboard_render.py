@@ -18,7 +18,8 @@ from pdgym.envs.sim import safe_files
 
 UNITS = {"ttft": "s", "tpot": "s", "e2e": "s", "sched_queue_s": "s", "device_queue_s": "s", "sim_time_s": "s",
          "wall_time_s": "s", "throughput_tok_s": "tok/s", "total_tok_s": "tok/s", "rps": "req/s",
-         "goodput_rps": "req/s", "imbalance": "KV tokens", "pool_mean": "requests", "finished": "requests",
+         "goodput_rps": "req/s", "goodput_per_gpu": "req/s/GPU", "imbalance": "KV tokens", "pool_mean": "requests",
+         "finished": "requests",
          "rejected": "requests", "slo_attainment": "fraction", "chunk_util_mean": "fraction",
          "barrier_idle_frac": "fraction", "pool_empty_frac": "fraction"}
 

@@ -11,8 +11,8 @@ POINTS = tuple(DECISION_POINTS)  # prefill, decode, batching (envs/sim/points.py
 EXTRA_KEYS = ("tpot_p50", "tpot_p99", "batch_mean", "pool_mean", "pool_empty_frac")
 METRIC_KEYS = tuple(k for k in SUMMARY_KEYS if k != "wall_time_s") + EXTRA_KEYS + ("wall_time_s",)
 # Direction of every metric: +1 higher is better, -1 lower is better (ranking and "best" checkpoints).
-HIGHER_BETTER = {"throughput_tok_s", "total_tok_s", "rps", "goodput_rps", "chunk_util_mean", "finished",
-                 "slo_attainment", "prefix_hit_ratio"}
+HIGHER_BETTER = {"throughput_tok_s", "total_tok_s", "rps", "goodput_rps", "goodput_per_gpu", "chunk_util_mean",
+                 "finished", "slo_attainment", "prefix_hit_ratio"}
 
 
 def direction(metric: str) -> int:

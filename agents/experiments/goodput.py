@@ -6,9 +6,10 @@ rate, the rate is doubled (or halved) until the attainment `metric` (default `sl
 attainment; with one class or equal weights, the fraction of requests) brackets the target, then bisected until
 the bracket is narrower than `rel_tol` of its lower end. Every probe runs the same `repro.seeds` (the traffic of
 one seed differs between rates only by its time scale, so the curve is monotone up to the policy's own
-decisions). Reported: `goodput_rps` (the bracket's lower end, where the target held), the bracket, the probes
-and the search's wall time. The simpler goodput (attaining requests per second at the scenario's rate) is
-metrics.json's `goodput_rps`."""
+decisions). Reported: `goodput_rps` (the bracket's lower end, where the target held), `goodput_per_gpu` (that
+rate over the cluster's GPUs as configured, `gpus`: ClusterConfig.gpus), the bracket, the probes and the search's
+wall time. The simpler goodput (attaining requests per second at the scenario's rate) is metrics.json's
+`goodput_rps` and `goodput_per_gpu`."""
 
 from __future__ import annotations
 
@@ -72,5 +73,7 @@ def run(exp: Experiment) -> dict:
                             str(p.metric))
     wall = time.perf_counter() - t0
     exp.table(pd.DataFrame(probes).sort_values("rate"))
-    return {"goodput_rps": lo, "bracket": [lo, hi], "target": float(p.target), "metric": str(p.metric),
+    gpus = sim_cfg.cluster.gpus
+    return {"goodput_rps": lo, "goodput_per_gpu": lo / gpus, "gpus": gpus, "bracket": [lo, hi],
+            "target": float(p.target), "metric": str(p.metric),
             "num_requests": int(sim_cfg.workload.num_requests), "probes": len(probes), "search_wall_s": wall}

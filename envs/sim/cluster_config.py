@@ -56,6 +56,12 @@ class InstanceConfig:
     # each value describes: FlashAttention-3 / cuDNN-class near mfu, PyTorch SDPA's FlashAttention-2 0.34 on an H200)
     attn_mfu: float | None = None
 
+    @property
+    def gpus(self) -> int:
+        """GPUs of all `count` instances: each DP unit spans `tp` GPUs, and the experts are spread over `ep` of
+        them (an EP group wider than dp x tp needs that many)."""
+        return int(self.count) * max(int(self.dp) * int(self.tp), int(self.ep))
+
     def validate(self, key: str, allow_zero_count: bool = False) -> None:
         check(self.count >= (0 if allow_zero_count else 1), f"{key}.count", f"got {self.count}; must be >= 1")
         for name in ("dp", "tp", "ep", "chunk_tokens", "batch_limit"):
@@ -99,6 +105,14 @@ class ClusterConfig:
 
     TOPOLOGIES = ("disaggregated", "colocated")
     KV_POLICIES = ("preempt", "reject")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the cluster as configured (prefill + decode instances, or the colocated ones); autoscaling
+        (faults.scale) does not change it."""
+        if self.topology == "colocated":
+            return self.colocated.gpus
+        return self.prefill.gpus + self.decode.gpus
 
     def validate(self, key: str = "cluster") -> None:
         check_choice(self.topology, f"{key}.topology", self.TOPOLOGIES)

@@ -13,7 +13,9 @@ Definitions (every table and leaderboard uses these names):
 - sched_queue_s / device_queue_s: mean over finished requests of the time buffered at the
   scheduler / queued on a prefill device before the first pass.
 - throughput_tok_s, total_tok_s, rps, goodput_rps: per second of makespan (first arrival to
-  last resolution); goodput counts finished requests meeting both SLOs.
+  last resolution); goodput counts finished requests meeting both SLOs (of their class).
+- goodput_per_gpu: goodput_rps / the cluster's GPUs as configured (ClusterConfig.gpus: count x
+  max(dp x tp, ep) per instance kind), so clusters of different sizes compare per GPU.
 - prefix_hit_ratio: prompt tokens served by prefix-cache hits / all prompt tokens (token-weighted;
   a hit is min(block_tokens x longest cached prefix, prompt - 1)); 0 without a cache.
 - recomputed_tokens: prompt tokens computed although one cluster-wide unbounded cache, replayed in
@@ -46,7 +48,7 @@ PASS_KIND_NAMES = {int(k): k.name.lower() for k in PassKind}  # how steps.csv sp
 TABLE_FORMATS = ("csv", "parquet")  # `tables`: how requests / steps tables are written
 SUMMARY_KEYS = (
     "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p95", "e2e_p99", "throughput_tok_s",
-    "total_tok_s", "rps", "goodput_rps", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
+    "total_tok_s", "rps", "goodput_rps", "goodput_per_gpu", "imbalance_mean", "barrier_idle_frac", "chunk_util_mean",
     "sched_queue_s", "device_queue_s", "finished", "rejected", "sim_time_s", "wall_time_s",
 ) + PREFIX_KEYS + SLO_KEYS
 
@@ -195,6 +197,7 @@ class SimResult:
             "total_tok_s": float(fin("output").sum() + fin("prompt").sum()) / span,
             "rps": n_fin / span,
             "goodput_rps": float(good.sum()) / span,
+            "goodput_per_gpu": float(good.sum()) / span / self.config.cluster.gpus,
             "imbalance_mean": _imbalance(s.kv_max.to_numpy(), s.kv_min.to_numpy(), is_dec),
             "barrier_idle_frac": float(np.dot(s.idle_frac, dur) / dur.sum()) if dur.sum() > 0 else 0.0,
             "chunk_util_mean": _mean(s.util.to_numpy()[is_pre]),
