@@ -286,3 +286,27 @@ def test_distserve_goodput_search_reports_the_rate_and_its_share_per_gpu(tmp_pat
     assert s["goodput_rps"] == pytest.approx(met.rate.max(), rel=1e-12)
     assert (probes[probes.rate > s["goodput_rps"]].slo_attainment < s["target"]).all()
     assert s["gpus"] == 80 and s["goodput_per_gpu"] == pytest.approx(s["goodput_rps"] / 80, rel=1e-12)
+
+
+def test_a_board_ranks_by_a_per_class_metric_in_its_direction():
+    """Per-class keys (slo_attainment_<class>, ttft_p99_<class>, ...) are board metrics: accepted as a primary,
+    ranked higher-better for attainment and lower-better for latency, and masked with the rest on a stalled seed."""
+    from pdgym.agents.evaluation.leaderboard_run import board_scenarios
+    from pdgym.agents.evaluation.leaderboard_stats import summarise
+    from pdgym.agents.evaluation.metric_keys import check_metric_names, direction
+
+    assert [direction(m) for m in ("slo_attainment_chat", "slo_tpot_attainment", "slo_ttft_attainment_batch",
+                                   "goodput_per_gpu", "ttft_p99_chat", "tpot_mean_batch", "early_rejections")] == \
+        [1, 1, 1, 1, -1, -1, -1]
+    assert check_metric_names("metrics", ["ttft_p99_chat", "preemptions"]) == ["ttft_p99_chat", "preemptions"]
+    with pytest.raises(ConfigError, match=r"^metrics: unknown metric 'slo_attainment_'.*slo_attainment_<class>"):
+        check_metric_names("metrics", ["slo_attainment_"])
+    boards = {}
+    for primary in ("slo_attainment_chat", "ttft_p99_chat"):
+        (boards[primary],) = board_scenarios({"b": {"scenario": "slo_pd_tiers", "point": "prefill", "primary": primary}})
+    runs = pd.DataFrame({"scenario": "b", "policy": ["fcfs", "fcfs", "edf", "edf", "sjf", "sjf"], "kind": "baseline",
+                         "seed": [0, 1] * 3, "slo_attainment_chat": [0.5, 0.6, 0.9, 0.8, 0.99, 0.97],
+                         "ttft_p99_chat": [3.0, 2.0, 1.0, 1.2, 0.1, 0.2], "stopped": ["", "", "", "", "", "horizon"]})
+    ranked = {p: list(dict.fromkeys(summarise(runs, [b], [p]).policy)) for p, b in boards.items()}
+    # sjf would win both, but one of its seeds stopped early: no mean, last
+    assert ranked == {"slo_attainment_chat": ["edf", "fcfs", "sjf"], "ttft_p99_chat": ["edf", "fcfs", "sjf"]}

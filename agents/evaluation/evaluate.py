@@ -50,7 +50,10 @@ def _app(cfg) -> dict:
     for col in ("metric", "direction", "mean", ci, "std"):
         t.add_column(col, justify="left" if col in ("metric", "direction") else "right")
     for k in show:
-        st = stats[k]
+        st = stats.get(k)
+        if st is None:  # a per-class name of a class this scenario does not have
+            t.add_row(k, "-", "no such SLO class in this scenario", "-", "-")
+            continue
         if st["stalled"] and k not in stalls.KEPT:
             cells = (stalls.cell(st["stalled"], len(seeds)), "-", "-")
         else:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from pdgym.agents.common import check_label
 from pdgym.agents.evaluation import candidates
-from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, POINTS
+from pdgym.agents.evaluation.metric_keys import CLASS_METRIC_FORM, METRIC_KEYS, POINTS, is_metric
 from pdgym.agents.evaluation.runner import run_one
 from pdgym.envs.sim.config import ConfigError
 
@@ -78,8 +78,9 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
                 raise ConfigError(f"scenarios.{key}.{k}: missing")
         if s["point"] not in POINTS:
             raise ConfigError(f"scenarios.{key}.point: got {s['point']!r}; allowed: {', '.join(POINTS)}")
-        if s["primary"] not in METRIC_KEYS:
-            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(METRIC_KEYS)}")
+        if not is_metric(s["primary"]):
+            raise ConfigError(f"scenarios.{key}.primary: got {s['primary']!r}; allowed: {', '.join(METRIC_KEYS)}, "
+                              f"or per SLO class {CLASS_METRIC_FORM}")
         for k in s.get("regime") or {}:
             if k not in REGIME_KEYS:
                 raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")

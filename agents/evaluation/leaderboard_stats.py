@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario, regime_policy
-from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, direction
+from pdgym.agents.evaluation.metric_keys import direction, metric_columns
 from pdgym.agents.evaluation.stats import describe, interval, paired_ratio, verdict
 from pdgym.envs.sim.config import ConfigError
 
@@ -27,7 +27,7 @@ def merge_aliases(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> tuple[p
 
     if not len(runs):
         return runs, {}
-    value_cols = [c for c in runs.columns if c in METRIC_KEYS and c != "wall_time_s"]
+    value_cols = [c for c in metric_columns(runs.columns) if c != "wall_time_s"]
     aliases: dict = {}
     drop = set()
     for sc in scenarios:
@@ -63,7 +63,7 @@ def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[
     for the counts and times: agents/evaluation/stalls.py; `runs` masked or not, the result is the same)."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, METRIC_KEYS)
+    runs = stalls.mask_runs(runs, metric_columns(runs.columns))
     rows = []
     for sc in scenarios:
         sub = runs[runs.scenario == sc.key] if len(runs) else runs
@@ -101,7 +101,7 @@ def paired(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFrame:
     seed is not comparable (stalls.mask_runs) and is never the reference."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, METRIC_KEYS)
+    runs = stalls.mask_runs(runs, metric_columns(runs.columns))
     rows = []
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
         p = paired_ratio(x.to_numpy(), y.to_numpy())
@@ -136,7 +136,7 @@ def aggregate(runs: pd.DataFrame, scenarios: list[BoardScenario]) -> pd.DataFram
     from pdgym.agents.evaluation import stalls
     from rliable import metrics as rm
 
-    runs = stalls.mask_runs(runs, METRIC_KEYS)
+    runs = stalls.mask_runs(runs, metric_columns(runs.columns))
     per: dict[str, list] = {}
     for sc, ref, pol, kind, x, y in pairs_with_reference(runs, scenarios):
         sub = runs[(runs.scenario == sc.key) & (runs.policy == ref)]
@@ -165,7 +165,7 @@ def measure_regime(runs: pd.DataFrame, sc: BoardScenario, capacity: float, rate:
     """The regime measured on the regime policy's runs, checked against the declared bounds."""
     from pdgym.agents.evaluation import stalls
 
-    runs = stalls.mask_runs(runs, METRIC_KEYS)
+    runs = stalls.mask_runs(runs, metric_columns(runs.columns))
     pol = regime_policy(sc)
     g = runs[(runs.scenario == sc.key) & (runs.policy == pol)] if len(runs) else runs
     raw = sc.raw(rate)

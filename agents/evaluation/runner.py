@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation.candidates import Candidate
-from pdgym.agents.evaluation.metric_keys import METRIC_KEYS
+from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, metric_columns
 from pdgym.agents.evaluation.stats import interval
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim import requests as R
@@ -155,8 +155,9 @@ class Evaluation:
         from pdgym.agents.evaluation import stalls
 
         n_stop = stalls.n_stopped(m.get("stopped") for m in self.per_seed)
-        return {k: dict(stalls.honest(k, interval([m[k] for m in self.per_seed]), n_stop),
-                        per_seed=[m[k] for m in self.per_seed]) for k in METRIC_KEYS}
+        keys = dict.fromkeys([*METRIC_KEYS, *metric_columns(self.per_seed[0] if self.per_seed else {})])
+        return {k: dict(stalls.honest(k, interval([m.get(k, math.nan) for m in self.per_seed]), n_stop),
+                        per_seed=[m.get(k, math.nan) for m in self.per_seed]) for k in keys}
 
 
 def run_one(raw: dict, others: dict, cand: Candidate, split: dict | None, index: int,
