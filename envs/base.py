@@ -1,8 +1,10 @@
 """PdgymEnv: the contract the three pdgym Gymnasium envs share.
 
-A subclass supplies its policy core (the observation / mask / action code it shares with its
-`AgentPolicy`, so a trained agent runs through `simulate()` exactly as it ran in the env) and its
-reward; everything else lives here once, so that a fourth env is one file:
+A subclass supplies its reward and the decision's bookkeeping; its formulations' policy cores (the observation /
+mask / action code each shares with `AgentPolicy`, so a trained agent runs through `simulate()` exactly as it ran
+in the env) follow one contract, `PolicyCore` below, and are named in envs/specs.py's SPECS: `build_core` makes the
+env's (PAUSE answers: the decision pauses the run for env.step), `agent_policy` the agent's (AgentDecider:
+predict(obs, mask) answers). Everything else lives here once:
 
 - Scenario loading: `scenario` (conf/scenario/NAME.yaml, `scenario_names()`), Hydra-style
   `overrides` ("workload.num_requests=600") and a nested `config` dict merged over them.
@@ -24,8 +26,8 @@ import dataclasses
 import inspect
 import re
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +39,7 @@ from pdgym.envs.sim.config import ConfigError, SimConfig, check
 from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.validation import check_choice, check_float
-from pdgym.envs.specs import SPECS, check_formulation
+from pdgym.envs.specs import SPECS, check_formulation, core_class
 from pdgym.envs.splits import split_rows
 
 INVALID_ACTION_RULE = """An action that is not a member of `action_space` (Gymnasium's `contains`: -1, n, 10**9 and
@@ -127,6 +129,79 @@ class DecisionBudget:
                 "request (decisions per request exploded: e.g. a router skipping the whole pool at every step)")
 
 
+class PolicyCore(Protocol):
+    """The one contract of a formulation's policy core: the observation / mask / action code its env and its
+    `AgentPolicy` share, so a trained agent runs through `simulate()` exactly as it ran in the env.
+
+    A core is the simulator's policy at its decision point (a PrefillScheduler, DecodeRouter or BatchingPolicy)
+    and sets up each decision itself; when one is due it calls `self.decider.decide(self, sim)`. At a decision:
+    `mask(sim)` the allowed actions, `observe(sim, mask)` the observation, `default_action(sim, mask)` what an
+    invalid action becomes (INVALID_ACTION_RULE), `apply(sim, action)` carries out a valid action and says
+    whether another decision follows at the same instant (the core has then set it up), `describe(sim, action)`
+    the action in words. `spaces()`, `action_meanings()` and `obs_layout` describe it (envs/features.py's
+    LayoutCore). Each formulation's core is named in envs/specs.py's SPECS."""
+
+    decider: Decider
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]: ...
+    def action_meanings(self) -> list[str]: ...
+    def observe(self, sim, mask: np.ndarray | None) -> np.ndarray: ...
+    def mask(self, sim) -> np.ndarray: ...
+    def apply(self, sim, action) -> bool: ...
+    def default_action(self, sim, mask: np.ndarray | None): ...
+    def describe(self, sim, action) -> str: ...
+
+
+class Decider:
+    """Who answers a policy core's decisions. This one, the generic env adapter: the decision pauses the
+    simulator, and env.step supplies the action (`PdgymEnv.step` -> the env's `_act` -> `core.apply`).
+    `decide` returns whether the decision was taken now (False: deferred to env.step)."""
+
+    invalid_actions = 0
+
+    def decide(self, core: PolicyCore, sim) -> bool:
+        sim.pause()
+        return False
+
+
+PAUSE = Decider()
+
+
+class AgentDecider(Decider):
+    """A trained agent answers: predict(obs, mask) -> action at every decision, until `apply` says none follows
+    at this instant; an invalid action follows INVALID_ACTION_RULE and is counted in `invalid_actions`."""
+
+    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], Any]):
+        self.predict = predict
+        self.invalid_actions = 0
+        self._space: tuple[Any, spaces.Space] = (None, None)
+
+    def decide(self, core: PolicyCore, sim) -> bool:
+        layout = getattr(core, "layout", None)  # a core's spaces change only with its layout (set at reset)
+        if self._space[0] is not layout or layout is None:
+            self._space = (layout, core.spaces()[1])
+        space = self._space[1]
+        while True:
+            m = core.mask(sim)
+            a, bad = resolve_action(space, m, self.predict(core.observe(sim, m), m),
+                                    lambda m=m: core.default_action(sim, m))
+            self.invalid_actions += bad
+            if not core.apply(sim, a):
+                return True
+
+
+class DecidingCore:
+    """Mixin of every policy core: its `decider` (PAUSE in an env; an AgentDecider in an AgentPolicy) and the
+    agent's count of invalid actions."""
+
+    name = "agent"
+    decider: Decider = PAUSE
+
+    @property
+    def invalid_actions(self) -> int:
+        return self.decider.invalid_actions
+
+
 def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
     """Call a policy core's constructor (a class or a bound `__init__`) with `options`, less the
     env-level keys `env_keys` (an AgentPolicy runs in a simulator that has its own scenario); the core's
@@ -202,7 +277,7 @@ def _sets_workload(key: str, overrides, config: dict | None) -> bool:
 
 class PdgymEnv(gym.Env):
     """Base of the pdgym envs (module docstring). Subclasses set ENV_ID, POINT, DEFAULT_SCENARIO and
-    implement `_make_core`, `_check_cluster`, `_policies`, `_begin`, `_act`, `_reward`, `_observe`,
+    implement `_check_cluster`, `_policies`, `_begin`, `_act`, `_reward`, `_observe`,
     `action_masks`, `default_action` and optionally `_info_extra`."""
 
     metadata: ClassVar[dict] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -248,9 +323,31 @@ class PdgymEnv(gym.Env):
         self._done = True
         self._stall_end = False
 
+    # -------------------------------------------------------------- policy cores
+    @classmethod
+    def _core_options(cls, options: dict) -> dict:
+        """The core's keyword arguments from the env's (before the env-level keys are dropped)."""
+        return options
+
+    @classmethod
+    def build_core(cls, options: dict, decider: Decider = PAUSE) -> PolicyCore:
+        """The core of the formulation `options` select (envs/specs.py), answered by `decider`."""
+        core = make_core(core_class(cls.POINT, options), cls._core_options(options), cls.env_keys())
+        core.decider = decider
+        return core
+
+    @classmethod
+    def agent_policy(cls, predict: Callable[[np.ndarray, np.ndarray], Any], **env_kwargs) -> PolicyCore:
+        """AgentPolicy: a trained agent as the simulator's policy at this env's point: the formulation's core
+        (the env's observation and action code) with predict(obs, mask) answering its decisions. Takes the
+        env's keyword arguments and ignores the scenario-level ones (the simulator running it has its own), so
+        `AgentPolicy(predict, **env_kwargs)` runs through `simulate()` like a baseline; invalid actions follow
+        INVALID_ACTION_RULE and are counted in its `invalid_actions`."""
+        return cls.build_core(env_kwargs, AgentDecider(predict))
+
     # -------------------------------------------------------------- subclass hooks
-    def _make_core(self, options: dict):
-        raise NotImplementedError
+    def _make_core(self, options: dict) -> PolicyCore:
+        return self.build_core(options)
 
     def _check_cluster(self, probe: Simulator) -> None:
         """Raise a ConfigError if the scenario's cluster has no room for this decision point."""

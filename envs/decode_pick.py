@@ -24,6 +24,7 @@ import numpy as np
 from pdgym.baselines.balance_route import Score, best_subset
 from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.routers import active_arrays
+from pdgym.envs.base import DecidingCore
 from pdgym.envs.features import Feature, Layout, LayoutCore
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
@@ -67,6 +68,20 @@ class Boundaries:
         only the instance's latest boundary is remembered."""
         self.closed = {k for k in self.closed if k[0] != inst}
         self.closed.add((inst, sim.decode[inst].steps, sim.now))
+
+
+class DecodeCore(DecidingCore):
+    """What both decode cores (envs/base.py's PolicyCore) share: a decision at each step boundary of an instance
+    while `next_decision` finds one, and `apply` carrying out one action (`act`) and setting up the next."""
+
+    def route(self, sim, inst: int) -> None:
+        if self.next_decision(sim, inst):
+            self.decider.decide(self, sim)
+
+    def apply(self, sim, action) -> bool:
+        inst = self.inst
+        self.act(sim, action)
+        return self.next_decision(sim, inst)
 
 
 class DecodeObs:
@@ -127,7 +142,7 @@ ROW = (
 )
 
 
-class Picker(LayoutCore, DecodeRouter):
+class Picker(LayoutCore, DecodeCore, DecodeRouter):
     """The pick formulation's observation / action code, shared by the env and its AgentPolicy.
 
     Actions: k < K admits candidate k to the named worker w; K (DONE) ends w's turn (allowed once it took a
@@ -138,8 +153,6 @@ class Picker(LayoutCore, DecodeRouter):
     request per turn). A worker that nothing fits is closed for the boundary; the boundary ends when no worker is
     open or the pool is empty.
     """
-
-    name = "agent"
 
     def __init__(self, action: str = "pick", window: int = 12, stage1_free: float = 0.25,
                  max_workers: int | None = None, token_scale: float = 1024.0, work_conserving: bool = False,
@@ -278,7 +291,7 @@ class Picker(LayoutCore, DecodeRouter):
         m[self.end] = not self.work_conserving and bool(sim.decode[self.inst].batch.any())
         return m
 
-    def apply(self, sim, action: int) -> None:
+    def act(self, sim, action: int) -> None:
         a = int(action)
         if a == self.end:
             self.close(sim, self.inst)

@@ -8,15 +8,13 @@ router's plan is read for behaviour cloning through the shadow simulator `Admiss
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from pdgym.baselines import make_policy
 from pdgym.baselines.balance_route import BRH
 from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
-from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
-from pdgym.envs.decode_pick import Boundaries, DecodeObs, Picker, bind_workers, br0_action
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv
+from pdgym.envs.decode_pick import Boundaries, DecodeCore, DecodeObs, Picker, bind_workers, br0_action
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
@@ -25,16 +23,16 @@ from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.specs import option_values
 
 ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
 MAX_EPISODE_STEPS = POINTS["decode"].max_episode_steps
 ORDERS = ("length", "arrival")
-ACTIONS = ("worker", "pick")  # the formulations: place the offered request on a worker | pick the named worker's requests
 REWARDS = ("idle", "throughput", "imbalance")
 
 
 class _Obs(DecodeObs):
-    """DecodeObs plus what this formulation's features read (`_Router.observe`)."""
+    """DecodeObs plus what this formulation's features read (`RouterCore.observe`)."""
 
     __slots__ = ("i", "batch", "margin")
 
@@ -95,15 +93,14 @@ N_GLOBAL = len(GLOBAL)  # every global feature is one entry
 N_WORKER = sum(1 for f in ROW if f.when is None)  # a worker's row without the optional horizon features
 
 
-class _Router(LayoutCore, DecodeRouter):
-    """The shared observation / action code: decisions, masks, observations, admissions."""
-
-    name = "agent"
+class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
+    """The worker formulation's policy core (envs/base.py's PolicyCore): decisions, masks, observations, admissions,
+    shared by the env and its AgentPolicy. The pick formulation's is envs/decode_pick.py's Picker."""
 
     def __init__(self, order: str = "length", max_workers: int | None = None, token_scale: float = 1024.0,
                  horizon_features: str | None = None, horizon: int = 48, train_trace: str | None = "workload",
                  skip: bool = True, action: str = "worker"):
-        check_choice(action, "env.action", ACTIONS[:1])  # action="pick" builds a Picker (envs/decode_pick.py)
+        check_choice(action, "env.action", ("worker",))  # action="pick" builds a Picker (envs/decode_pick.py)
         self.skip = check_bool(skip, "env.skip")
         check_choice(order, "env.order", ORDERS)
         self.order = order
@@ -221,7 +218,7 @@ class _Router(LayoutCore, DecodeRouter):
         m[self.end:] = bool(d.batch.any())
         return m
 
-    def apply(self, sim, action: int) -> None:
+    def act(self, sim, action: int) -> None:
         """Admit the head to worker `action`, end the boundary (END) or leave the head pooled (SKIP)."""
         a = int(action)
         inst = self.inst
@@ -248,68 +245,6 @@ class _Router(LayoutCore, DecodeRouter):
         o.margin = (o.lmax - kv) / o.S
         o.i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
         return self.layout.build(o, o.n)
-
-
-class _EnvAdapter(_Router):
-    """Inside the env: a decision pauses the simulator until env.step supplies the action."""
-
-    def route(self, sim, inst):
-        if self.next_decision(sim, inst):
-            sim.pause()
-
-
-class _PickAdapter(Picker):
-    """The pick formulation inside the env: a decision pauses the simulator until env.step supplies the action."""
-
-    def route(self, sim, inst):
-        if self.next_decision(sim, inst):
-            sim.pause()
-
-
-class _Agent:
-    """predict(obs, mask) -> action at every decision of a core (either formulation)."""
-
-    def _bind(self, predict: Callable[[np.ndarray, np.ndarray], int]) -> None:
-        self.predict = predict
-        self.invalid_actions = 0
-
-    def reset(self, sim):
-        super().reset(sim)
-        self._space = self.spaces()[1]
-
-    def route(self, sim, inst):
-        while self.next_decision(sim, inst):
-            m = self.mask(sim)
-            a, bad = resolve_action(self._space, m, self.predict(self.observe(sim, m), m),
-                                    lambda m=m: self.default_action(sim, m))
-            self.invalid_actions += bad
-            self.apply(sim, a)
-
-
-class _PickAgent(_Agent, Picker):
-    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
-        self._bind(predict)
-
-
-class AgentPolicy(_Agent, _Router):
-    """A trained agent as a DecodeRouter: predict(obs, mask) -> action at every decision.
-
-    Takes the env's keyword arguments and ignores the scenario-level ones (the simulator running this
-    policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` runs through `simulate()`
-    exactly like a baseline; with `action="pick"` it is the pick formulation's agent (envs/decode_pick.py).
-    A masked action (possible with an unmasked model) becomes the formulation's default action (worker:
-    END if allowed, else the least-loaded worker that fits); `invalid_actions` counts them.
-    """
-
-    def __new__(cls, predict=None, **env_kwargs):
-        if env_kwargs.get("action") == "pick":
-            return _PickAgent(predict, **env_kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        make_core(super().__init__, env_kwargs, DecodeRoutingEnv.env_keys())
-        self._bind(predict)
 
 
 class _StepMeter:
@@ -469,9 +404,8 @@ class DecodeRoutingEnv(PdgymEnv):
             raise ConfigError("env.scenario: DecodeRouting needs a disaggregated cluster (decode instances)")
 
     def _make_core(self, options):
-        check_choice(options.get("action", "worker"), "env.action", ACTIONS)
-        pick = options.get("action") == "pick"
-        return make_core(_PickAdapter if pick else _EnvAdapter, options, self.env_keys())  # env keys: in its errors
+        check_choice(options.get("action", "worker"), "env.action", option_values("decode", "action", "worker"))
+        return super()._make_core(options)
 
     def _size_core(self, probe):
         self.core.bind_size(max(d.dp for d in probe.decode))
@@ -494,9 +428,7 @@ class DecodeRoutingEnv(PdgymEnv):
 
     def _act(self, a):
         r, sim = self.core, self.sim
-        inst = r.inst
-        r.apply(sim, a)
-        return False if r.next_decision(sim, inst) else self._advance()
+        return False if r.apply(sim, a) else self._advance()
 
     def _reward(self):
         idle = sum(m.idle for m in self.meters)
@@ -598,6 +530,9 @@ class DecodeRoutingEnv(PdgymEnv):
 DecodeRoutingEnv.__doc__ = DecodeRoutingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
                                                            max_steps=MAX_EPISODE_STEPS,
                                                            features=table(GLOBAL, ROW, "worker w"))
+
+
+AgentPolicy = DecodeRoutingEnv.agent_policy  # envs/base.py: the formulation's core answered by predict(obs, mask)
 
 
 def make_env(**kwargs) -> DecodeRoutingEnv:

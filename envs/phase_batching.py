@@ -9,31 +9,30 @@ its read API (baselines/shared.py, PhaseMachine): the core is a BatchingPolicy o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 from gymnasium import spaces
 from pdgym.baselines import make_policy
 from pdgym.baselines.exclusive_batching import DECODE, EB, MB, REFILL, OutputStats
 from pdgym.baselines.shared import PhaseMachine
-from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, DecidingCore, PdgymEnv
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import Batch, BatchingPolicy, MixedBatching
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.specs import option_values
 
 ENV_ID = POINTS["batching"].env_id  # pdgym/PhaseBatching-v0
 MAX_EPISODE_STEPS = POINTS["batching"].max_episode_steps
 PREFILL_A, DECODE_A, MIXED_A = 0, 1, 2
 PHASES = ("prefill", "decode", "mixed")
-MODES = ("phase", "threshold")
 DEFAULT_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
 DEFAULT_THETA = 0.1  # EB's default threshold: what an invalid threshold action falls back to
 
 
 class _Obs:
-    """What the features of one observation read, computed once (`_AgentBatching.observe`)."""
+    """What the features of one observation read, computed once (`BatchingCore.observe_unit`)."""
 
     __slots__ = ("core", "inst", "mu_l", "mu_o", "st", "stats", "unit", "units")
 
@@ -83,17 +82,17 @@ class AgentState:
         self.last = -1  # last batch kind (0 prefill, 1 decode, 2 mixed)
 
 
-class _AgentBatching(LayoutCore, BatchingPolicy):
-    """The shared observation / action code; `decide(sim, inst, units)` is the agent hook."""
-
-    name = "agent"
+class BatchingCore(LayoutCore, DecidingCore, BatchingPolicy):
+    """The policy core of every PhaseBatching formulation (envs/base.py's PolicyCore): the observation / action
+    code shared by the env and its AgentPolicy. At an iteration of instance `instance` the units that need a
+    decision are queued (`queue`); each decision is about the first queued unit (the `*_unit` methods take any)."""
 
     def __init__(self, mode: str = "phase", theta_grid=DEFAULT_GRID, choose_mode: bool = False,
                  continuous: bool = False, theta_min: float = 0.01, theta_max: float = 0.8,
                  mb_cycle_iters: int = 32, max_dp: int = 8, instance: int = 0, skip_forced: bool = True,
                  fallback="mb"):
         self.eb: PhaseMachine = EB(theta=DEFAULT_THETA)
-        check_choice(mode, "env.mode", MODES)
+        check_choice(mode, "env.mode", option_values("batching", "mode", "phase"))  # the formulations (envs/specs.py)
         self.mode = mode
         try:
             grid = tuple(float(t) for t in theta_grid)
@@ -138,7 +137,7 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
         return [f"{'MB' if a >= len(self.grid) else 'EB'} theta={self.grid[a % len(self.grid)]}"
                 for a in range(self.n_actions)]
 
-    def describe(self, inst: int, unit: int, action) -> str:
+    def describe_unit(self, inst: int, unit: int, action) -> str:
         """The valid action for `unit` in words (pdgym-enjoy's decision lines)."""
         who = f"colocated {inst} unit {unit}"
         if self.mode == "phase":
@@ -151,11 +150,11 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
             theta, mb = self.grid[int(action) % len(self.grid)], int(action) >= len(self.grid)
         return f"{who}: {'MB for the cycle' if mb else 'EB'}, theta = {theta:.3g}"
 
-    def default_action(self, unit: int):
+    def unit_default(self, unit: int):
         """Phase: mixed, else decode, else prefill (the first the mask allows). Threshold: EB with
         the grid's theta closest to EB's default (continuous: that theta, EB)."""
         if self.mode == "phase":
-            m = self.mask(unit)
+            m = self.unit_mask(unit)
             return next(a for a in (MIXED_A, DECODE_A, PREFILL_A) if m[a])
         if self.continuous:
             x = 2 * (DEFAULT_THETA - self.theta_min) / (self.theta_max - self.theta_min) - 1
@@ -191,9 +190,27 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
     def on_timer(self, sim, tag):
         self.fallback.on_timer(sim, tag)
 
-    def decide(self, sim, inst: int, units: list[int]) -> bool:
-        """Get decisions for `units` (apply each with `apply`); False if they are deferred (pause)."""
-        raise NotImplementedError
+    # -------------------------------------------------------------- the decision about the first queued unit
+    def _head(self) -> int:
+        return self.queue[0] if self.queue else 0
+
+    def mask(self, sim) -> np.ndarray:
+        return self.unit_mask(self._head())
+
+    def observe(self, sim, mask=None) -> np.ndarray:
+        return self.observe_unit(sim, self.instance, self._head())
+
+    def default_action(self, sim=None, mask=None):
+        return self.unit_default(self._head())
+
+    def describe(self, sim, action) -> str:
+        return self.describe_unit(self.instance, self._head(), action)
+
+    def apply(self, sim, action) -> bool:
+        """Carry out the valid action for the first queued unit; True while other units await a decision."""
+        self.apply_unit(sim, self.instance, self.queue[0], action)
+        self.queue.pop(0)
+        return bool(self.queue)
 
     # -------------------------------------------------------------- masks and batches
     def phase_mask(self, sim, inst, unit) -> np.ndarray:
@@ -206,12 +223,12 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
                 sim.fill_prefill(inst, unit, u.chunk_tokens - u.n_decoding))
         return m
 
-    def mask(self, unit: int) -> np.ndarray:
+    def unit_mask(self, unit: int) -> np.ndarray:
         """The unit's allowed actions (read-only: copy before changing it)."""
         m = self.masks.get(unit) if self.mode == "phase" else None
         return m if m is not None else self._all_allowed
 
-    def apply(self, sim, inst: int, unit: int, action) -> None:
+    def apply_unit(self, sim, inst: int, unit: int, action) -> None:
         """Record the valid action (resolve_action first) for `unit` (phase: this iteration; threshold: this cycle)."""
         if self.mode == "phase":
             self.plan[unit] = int(action)
@@ -258,7 +275,7 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
                 self.queue = need
         else:
             self.queue = [i for i in range(C.dp) if self.unit_state(inst, i).pending]
-        return not self.queue or self.decide(sim, inst, list(self.queue))
+        return not self.queue or self.decider.decide(self, sim)  # False: deferred (the env's pause)
 
     def phase_batch(self, sim, inst, unit) -> Batch | None:
         a = self.plan.get(unit)
@@ -294,50 +311,13 @@ class _AgentBatching(LayoutCore, BatchingPolicy):
         return b
 
     # -------------------------------------------------------------- observation
-    def observe(self, sim, inst: int, unit: int) -> np.ndarray:
+    def observe_unit(self, sim, inst: int, unit: int) -> np.ndarray:
         o = _Obs()
         o.core, o.inst, o.unit, o.units, o.stats = self, inst, unit, sim.colocated[inst].units, self.stats
         o.mu_o = self.stats.mu_o or 128.0
         o.mu_l = self.stats.mu_l or 1024.0
         o.st = self.unit_state(inst, unit)
         return self.layout.build(o, len(o.units), o.units)
-
-
-class _EnvAdapter(_AgentBatching):
-    """Inside the env: defer decisions to env.step by pausing the simulator."""
-
-    def decide(self, sim, inst, units):
-        sim.pause()
-        return False
-
-
-class AgentPolicy(_AgentBatching):
-    """A trained agent as a BatchingPolicy: predict(obs, mask) -> action for each decision.
-
-    Takes the env's keyword arguments (the scenario-level ones are ignored: the simulator that
-    runs this policy has its own), so `AgentPolicy(model_predict, **env_kwargs)` evaluates the
-    agent through `simulate()` exactly like a baseline. Invalid actions follow the env's rule
-    (INVALID_ACTION_RULE); `invalid_actions` counts them.
-    """
-
-    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        options = dict(env_kwargs)
-        if "batching" in options:
-            options["fallback"] = options["batching"]
-        make_core(super().__init__, options, PhaseBatchingEnv.env_keys())
-        self.predict = predict
-        self.invalid_actions = 0
-        self._space = self.spaces()[1]
-
-    def decide(self, sim, inst, units):
-        for i in units:
-            m = self.mask(i)
-            a, bad = resolve_action(self._space, m, self.predict(self.observe(sim, inst, i), m),
-                                    lambda i=i: self.default_action(i))
-            self.invalid_actions += bad
-            self.apply(sim, inst, i, a)
-        self.queue = []
-        return True
 
 
 class PhaseBatchingEnv(PdgymEnv):
@@ -448,8 +428,13 @@ class PhaseBatchingEnv(PdgymEnv):
             raise ConfigError(f"env.scenario: {self.scenario} is disaggregated; PhaseBatching needs "
                               "cluster.topology=colocated")
 
+    @classmethod
+    def _core_options(cls, options):
+        """The env's `batching` (the other instances' policy) is the core's `fallback`."""
+        return {**options, "fallback": options["batching"]} if "batching" in options else options
+
     def _make_core(self, options):
-        return make_core(_EnvAdapter, {**options, "fallback": self._fallback}, self.env_keys())
+        return self.build_core({**options, "batching": self._fallback})
 
     def _size_core(self, probe):
         self.core.check_instance(probe)
@@ -464,9 +449,7 @@ class PhaseBatchingEnv(PdgymEnv):
 
     def _act(self, a):
         core = self.core
-        core.apply(self.sim, core.instance, self._unit, a)
-        core.queue.pop(0)
-        return False if core.queue else self.sim.run()
+        return False if core.apply(self.sim, a) else self.sim.run()
 
     def _reward(self) -> float:
         sim = self.sim
@@ -494,19 +477,19 @@ class PhaseBatchingEnv(PdgymEnv):
     def _observe(self):
         core = self.core
         self._unit = core.queue[0] if core.queue and not self._done else 0
-        return core.observe(self.sim, core.instance, self._unit)
+        return core.observe_unit(self.sim, core.instance, self._unit)
 
     def action_masks(self) -> np.ndarray:
         core = self.core
         if self._done or self.sim is None or not core.queue:
             return np.ones(core.n_actions if not core.continuous else 1, dtype=bool)
-        return core.mask(core.queue[0]).copy()
+        return core.unit_mask(core.queue[0]).copy()
 
     def _describe(self, a) -> str:
-        return self.core.describe(self.core.instance, self._unit, a)
+        return self.core.describe_unit(self.core.instance, self._unit, a)
 
     def default_action(self):
-        return self.core.default_action(self._unit)
+        return self.core.unit_default(self._unit)
 
     def teacher_action(self, teacher) -> int:
         """For behaviour cloning (threshold mode, discrete actions): the action that runs `teacher` for the next
@@ -540,6 +523,9 @@ class PhaseBatchingEnv(PdgymEnv):
 PhaseBatchingEnv.__doc__ = PhaseBatchingEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
                                                            max_steps=MAX_EPISODE_STEPS, grid=list(DEFAULT_GRID),
                                                            features=table(GLOBAL, ROW, "unit u"))
+
+
+AgentPolicy = PhaseBatchingEnv.agent_policy  # envs/base.py: the formulation's core answered by predict(obs, mask)
 
 
 def make_env(**kwargs) -> PhaseBatchingEnv:

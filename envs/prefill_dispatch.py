@@ -3,41 +3,38 @@
 `PrefillDispatchEnv` (its docstring documents the env in Gymnasium's sections) and the policy core it
 shares with `AgentPolicy` (a trained agent as a PrefillScheduler inside `simulate()`); its reward is
 envs/wait_meter.py's; a baseline scheduler teaches (behaviour cloning) through the shadow
-simulator `DispatchRecorder` (envs/shadow.py). Route mode's core lives in envs/prefix_route.py.
+simulator `DispatchRecorder` (envs/shadow.py). Each formulation has its core (envs/specs.py): timing and allocation
+`DispatchCore` here, composition envs/prefill_compose.py's, route envs/prefix_route.py's, admit envs/slo_admit.py's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 from pdgym.baselines import make_policy
-from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
-from pdgym.baselines.sbs import SBS
-from pdgym.baselines.shared import Allocator, Capacity, LengthSplit, Releaser
+from pdgym.baselines.shared import Allocator, Capacity
 from pdgym.envs.arrival_window import ArrivalWindow
-from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv, make_core, resolve_action
+from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, DecidingCore, PdgymEnv
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
-from pdgym.envs.prefix_route import RouteAgent, RouteEnvAdapter
 from pdgym.envs.shadow import shadow_teacher
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
-from pdgym.envs.slo_admit import AdmitAgent, AdmitEnvAdapter, AttainmentMeter
+from pdgym.envs.slo_admit import AttainmentMeter
+from pdgym.envs.specs import option_values
 from pdgym.envs.wait_meter import WaitMeter
 
 ENV_ID = POINTS["prefill"].env_id  # pdgym/PrefillDispatch-v0
 MAX_EPISODE_STEPS = POINTS["prefill"].max_episode_steps
-MODES = ("timing", "allocation", "composition", "route", "admit")  # route: envs/prefix_route.py; admit: slo_admit.py
 CLIP = 5.0
 _LOG256 = math.log1p(256)
 
 
 class _Obs:
-    """What the features of one observation read, computed once (`_Core.context`)."""
+    """What the features of one observation read, computed once (`DispatchCore.context`)."""
 
     __slots__ = ("cap", "chunk", "core", "D", "healthy", "head", "ids", "j", "long", "n", "n_act", "nb", "now",
                  "req", "short", "sim", "slo", "tf", "work", "age")
@@ -153,14 +150,15 @@ ROW = (
 )
 
 
-class _Core(LayoutCore, PrefillScheduler):
-    """Observation, mask, action and decision-epoch code shared by the env and AgentPolicy."""
+class DispatchCore(LayoutCore, DecidingCore, PrefillScheduler):
+    """The timing and allocation formulations' policy core (envs/base.py's PolicyCore): observation, mask, action
+    and decision-epoch code shared by the env and AgentPolicy. Composition's is envs/prefill_compose.py's."""
 
-    name = "agent"
+    composition = False  # the composition features (when="composition") are ComposeCore's
 
     def __init__(self, mode: str = "timing", tick_s: float = 0.02, obs_requests: int = 16, window: int = 32,
                  n_limit: int = 3, overload: str = "reject", cache_aware: bool = False, mask_full: bool = True):
-        check_choice(mode, "env.mode", MODES)
+        check_choice(mode, "env.mode", option_values("prefill", "mode", "timing"))  # the formulations (envs/specs.py)
         check_float(tick_s, "env.tick_s", lo_open=True)
         check_int(obs_requests, "env.obs_requests")
         for key, v in (("cache_aware", cache_aware), ("mask_full", mask_full)):
@@ -170,28 +168,22 @@ class _Core(LayoutCore, PrefillScheduler):
         self.K = obs_requests
         self.cache_aware = cache_aware
         self.mask_full = mask_full
-        self.composition = mode == "composition"
-        self.sbs: Releaser | None = None
         self.cap: Capacity
         self.pbaa: Allocator
-        self.classes: LengthSplit
-        if self.composition:  # SBS times the releases; at each one the agent composes what it sends
-            self.sbs = SBS(allocation="pbaa_cache" if cache_aware else "pbaa", window=window, n_limit=n_limit,
-                           overload=overload)
-            self.sbs.hook_release(self._release_due)
-            self.cap, self.pbaa = self.sbs.cap, self.sbs.pbaa
-            self.classes = LengthClasses()
-        else:
-            self.cap = CapacityModel(window, None)
-            self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
+        self._models(window, n_limit, overload, cache_aware)
         self.n = self.D = 0
+
+    def _models(self, window: int, n_limit: int, overload: str, cache_aware: bool) -> None:
+        """The capacity model and the allocator the scheduler keeps."""
+        self.cap = CapacityModel(window, None)
+        self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
 
     # -------------------------------------------------------------- sizes
     def set_dims(self, n: int, dp: int) -> None:
         self.n, self.D = n, dp
         self.layout = Layout(GLOBAL, ROW, self, {"K": self.K, "N": n, "D": dp}, n)
         self.global_dim, self.slot_dim, self.obs_size = self.layout.global_dim, self.layout.slot_dim, self.layout.size
-        self.n_actions = {"timing": 1 + n, "allocation": 2 + n * dp, "composition": 3}[self.mode]
+        self.n_actions = 1 + n if self.mode == "timing" else 2 + n * dp
         self.skip = self.n_actions - 1 if self.mode == "allocation" else None
 
 
@@ -199,9 +191,6 @@ class _Core(LayoutCore, PrefillScheduler):
     def action_meanings(self) -> list[str]:
         if self.mode == "timing":
             return ["hold", *(f"release the buffer to instance {i}" for i in range(self.n))]
-        if self.mode == "composition":
-            return ["release the whole buffer", "release the short prompts (<= the median)",
-                    "release the long prompts (> the median)"]
         return ["hold", *(f"candidate to instance {i} unit {d}" for i in range(self.n) for d in range(self.D)),
                 "skip the candidate"]
 
@@ -209,14 +198,6 @@ class _Core(LayoutCore, PrefillScheduler):
         """The valid action `a` in words (pdgym-enjoy's decision lines)."""
         nb = len(sim.buffer)
         reqs = f"{nb} request{'s' if nb != 1 else ''}"
-        if self.composition:
-            to = f" -> prefill {self._target}" if self._target is not None else ""
-            if a == 0:
-                return f"release the whole buffer ({reqs}){to}"
-            med, work = self.classes.median, sim.req.work
-            n = sum((work[r] <= med) == (a == 1) for r in sim.buffer)
-            half = "short half (<=" if a == 1 else "long half (>"
-            return f"release the {half} {med:.0f} tok: {n} of {nb} requests){to}"
         if a == 0:
             return f"hold ({reqs} buffered)"
         if self.mode == "timing":
@@ -227,7 +208,7 @@ class _Core(LayoutCore, PrefillScheduler):
         inst, d = divmod(a - 1, self.D)
         return f"route req {rid} ({int(sim.req.work[rid])} tok) -> prefill {inst} unit {d}"
 
-    def default_action(self) -> int:
+    def default_action(self, sim=None, mask=None) -> int:
         """Hold (always allowed); in composition mode, release the whole buffer (what SBS does)."""
         return 0
 
@@ -252,12 +233,9 @@ class _Core(LayoutCore, PrefillScheduler):
         self._rr: dict[int, int] = {}  # per instance: dispatches the engine placed round robin (teacher)
         self._proxy = None
         self._target = None  # composition: the instance SBS is releasing to, while the agent composes the release
-        if self.sbs is not None:
-            self.sbs.reset(sim)
-            self.classes.reset()
 
-    def decide(self, sim) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def decide(self, sim) -> None:
+        self.decider.decide(self, sim)
 
     def _epoch(self, sim) -> None:
         if sim.buffer:
@@ -266,30 +244,27 @@ class _Core(LayoutCore, PrefillScheduler):
             self._tick_at = t = sim.now + self.tick_s
             sim.set_timer(t, "prefill", ("tick", t))
 
-    def on_arrival(self, sim, rid: int) -> None:
+    def _count_arrival(self, sim, rid: int) -> bool:
+        """Note a fresh arrival (not bounced or preempted) in the arrival window; True if it was fresh."""
         req = sim.req
-        if req.buf_t[rid] == req.arrival[rid]:  # fresh, not bounced or preempted
+        fresh = req.buf_t[rid] == req.arrival[rid]
+        if fresh:
             self._arrivals.add(sim.now, int(req.prompt[rid]))
-            if self.sbs is not None:
-                self.classes.arrived(int(req.work[rid]))
-        if self.sbs is not None:
-            return self.sbs.on_arrival(sim, rid)
+        return fresh
+
+    def on_arrival(self, sim, rid: int) -> None:
+        self._count_arrival(sim, rid)
         if self.teacher is not None:
             self.teacher.on_arrival(self._proxy, rid)
         self._epoch(sim)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
-        if self.sbs is not None:
-            return self.sbs.on_end_forward(sim, inst, fwd_time)
         self.cap.end_forward(sim, inst, fwd_time)
         if self.teacher is not None:
             self.teacher.on_end_forward(self._proxy, inst, fwd_time)
         self._epoch(sim)
 
     def on_topology_change(self, sim) -> None:
-        if self.sbs is not None:
-            self._healthy = sim.prefill_healthy[: self.n].copy()
-            return self.sbs.on_topology_change(sim)
         healthy = sim.prefill_healthy[: self.n]
         for i in np.flatnonzero(healthy != self._healthy).tolist():
             self.cap.clear(i)  # a failed or a fresh instance: nothing of ours is on it
@@ -299,8 +274,6 @@ class _Core(LayoutCore, PrefillScheduler):
         self._epoch(sim)
 
     def on_timer(self, sim, tag) -> None:
-        if self.sbs is not None:
-            return self.sbs.on_timer(sim, tag)
         if tag[0] == "teacher":
             if self.teacher is not None:
                 self.teacher.on_timer(self._proxy, tag[1])
@@ -326,16 +299,9 @@ class _Core(LayoutCore, PrefillScheduler):
         """Quiescence poll of the instances the scheduler believes busy (as SBS does before releasing; in
         composition mode SBS polls for itself): once as each decision is reached (an epoch begins, or `apply`
         asks for the next decision of the same instant), never by observing or masking, which only read."""
-        if self.sbs is not None:
-            return
         cap = self.cap
         for i in np.flatnonzero(cap.busy()).tolist():
             cap.poll(sim, i)
-
-    def _release_due(self, sim, target: int) -> None:
-        """SBS's release hook (composition): SBS would release to `target` now; the agent composes it (`apply`)."""
-        self._target = target
-        self.decide(sim)
 
     def context(self, sim) -> _Obs:
         """What this observation's features read (GLOBAL, ROW), computed once."""
@@ -354,11 +320,9 @@ class _Core(LayoutCore, PrefillScheduler):
                 head = int(ids[0])
             o.head = head
             o.j = 0 if head == ids[0] else int(np.flatnonzero(ids == head)[0])
-            if self.composition:
-                o.short, o.long = self.classes.split(sim)
         return o
 
-    def observe(self, sim) -> np.ndarray:
+    def observe(self, sim, mask=None) -> np.ndarray:
         return self.layout.build(self.context(sim), self.n)
 
     def mask(self, sim) -> np.ndarray:
@@ -367,10 +331,6 @@ class _Core(LayoutCore, PrefillScheduler):
         m = np.zeros(self.n_actions, dtype=bool)
         m[0] = True
         if not sim.buffer:
-            return m
-        if self.composition:
-            short, long = self.classes.split(sim)
-            m[1], m[2] = bool(short), bool(long)
             return m
         room = cap.avail() > 0 if self.mask_full else np.ones((self.n, self.D), bool)
         if self.mode == "timing":
@@ -382,13 +342,8 @@ class _Core(LayoutCore, PrefillScheduler):
 
     # -------------------------------------------------------------- actions
     def apply(self, sim, a: int) -> bool:
-        """Carry out the valid action `a` (resolve_action first); True if the epoch goes on (allocation mode)."""
-        if self.composition:
-            target, self._target = self._target, None
-            if target is not None and sim.buffer:
-                self.sbs.release(sim, target, self.classes.members(sim, a))
-                self.last_release = sim.now
-            return False
+        """Carry out the valid action `a` (resolve_action first); True if the epoch goes on (allocation mode: the
+        next decision of the same instant, polled for)."""
         go_on = False
         if a and sim.buffer:
             if self.mode == "timing":
@@ -404,6 +359,8 @@ class _Core(LayoutCore, PrefillScheduler):
                     self.cap.dispatched(inst, d, int(sim.req.work[rid]), sim.now)
                     self.last_release = sim.now
                 go_on = self.candidate(sim) is not None
+        if go_on:
+            self.poll(sim)
         return go_on
 
     def _engine_unit(self, sim, inst: int) -> int:
@@ -425,8 +382,6 @@ class _Core(LayoutCore, PrefillScheduler):
         `_engine_unit`, if it left the choice to the engine; the roomiest allowed unit of that instance
         if the mask forbids that one), else skip it if other dispatches are pending, else hold.
         """
-        if self.mode == "composition":  # SBS(compose="length") composition by its rule; any other releases it all
-            return self.classes.rule(sim) if getattr(teacher, "classes", None) is not None else 0
         shadow_teacher(self, sim, teacher)
         buf = sim.buffer
         for r in [r for r in self.intents if r not in buf]:
@@ -450,43 +405,6 @@ class _Core(LayoutCore, PrefillScheduler):
                 return 1 + inst * self.D + int(np.argmax(c))
         others = any(r != head and r not in self._skipped for r in self.intents)
         return self.skip if others and mask[self.skip] else 0
-
-
-class _EnvAdapter(_Core):
-    """Inside the env: stop the simulator at each epoch and let env.step act."""
-
-    def decide(self, sim) -> None:
-        sim.pause()
-
-
-class AgentPolicy(_Core):
-    """A trained agent as a PrefillScheduler: predict(obs, mask) -> action at every decision epoch.
-
-    Takes the env's keyword arguments (the scenario-level ones are ignored: the simulator
-    running this policy has its own), so `AgentPolicy(predict, **env_kwargs)` evaluates the
-    agent through `simulate()` exactly like a baseline. Invalid actions follow the env's rule
-    (INVALID_ACTION_RULE, default hold); `invalid_actions` counts them.
-    """
-
-    def __new__(cls, predict, **env_kwargs):  # route / admit: their cores' agents (envs/prefix_route.py, slo_admit.py)
-        agent = {"route": RouteAgent, "admit": AdmitAgent}.get(env_kwargs.get("mode"))
-        return (make_core(agent, {**env_kwargs, "predict": predict}, PrefillDispatchEnv.env_keys())
-                if agent is not None else super().__new__(cls))
-
-    def __init__(self, predict: Callable[[np.ndarray, np.ndarray], int], **env_kwargs):
-        make_core(super().__init__, env_kwargs, PrefillDispatchEnv.env_keys())
-        self.predict = predict
-        self.invalid_actions = 0
-
-    def decide(self, sim) -> None:
-        space = self.spaces()[1]
-        while sim.buffer:
-            m = self.mask(sim)
-            a, bad = resolve_action(space, m, self.predict(self.observe(sim), m), self.default_action)
-            self.invalid_actions += bad
-            if not self.apply(sim, a):
-                break
-            self.poll(sim)
 
 
 class PrefillDispatchEnv(PdgymEnv):
@@ -610,10 +528,6 @@ class PrefillDispatchEnv(PdgymEnv):
             raise ConfigError(f"env.scenario: {self.scenario} is colocated; PrefillDispatch needs "
                               "cluster.topology=disaggregated")
 
-    def _make_core(self, options):
-        core = {"route": RouteEnvAdapter, "admit": AdmitEnvAdapter}.get(options.get("mode"), _EnvAdapter)
-        return make_core(core, options, self.env_keys())
-
     def _size_core(self, probe):
         self.core.fit(probe) if self._admit else self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)
 
@@ -630,10 +544,7 @@ class PrefillDispatchEnv(PdgymEnv):
 
     def _act(self, a):
         self._decision_mask = None  # a new decision follows: its mask is computed once, when first asked
-        if self.core.apply(self.sim, a):
-            self.core.poll(self.sim)  # the next decision of the same instant
-            return False
-        return self.sim.run()
+        return False if self.core.apply(self.sim, a) else self.sim.run()  # True: the next decision of the same instant
 
     def _reward(self):
         if self.slo_meter is not None:  # admit mode: the weighted SLO attainment earned (envs/slo_admit.py)
@@ -660,7 +571,7 @@ class PrefillDispatchEnv(PdgymEnv):
         return self.core.describe(self.sim, int(a))
 
     def default_action(self) -> int:
-        return self.core.default_action()
+        return self.core.default_action(self.sim, None)
 
     def _info_extra(self):
         m = self.meter
@@ -669,7 +580,7 @@ class PrefillDispatchEnv(PdgymEnv):
                 "ttft_mean": m.ttft_sum / m.n_first if m.n_first else 0.0}
 
     def teacher_action(self, teacher: PrefillScheduler) -> int:
-        """The action reproducing what prefill baseline `teacher` would do now (see _Core.teacher_action)."""
+        """The action reproducing what prefill baseline `teacher` would do now (see DispatchCore.teacher_action)."""
         if self.sim is None or self._done:
             return 0
         return self.core.teacher_action(self.sim, teacher)
@@ -678,6 +589,9 @@ class PrefillDispatchEnv(PdgymEnv):
 PrefillDispatchEnv.__doc__ = PrefillDispatchEnv.__doc__.format(rule=INVALID_ACTION_RULE, torch=TORCH_THREADS_NOTE,
                                                                max_steps=MAX_EPISODE_STEPS,
                                                                features=table(GLOBAL, ROW, "instance i"))
+
+
+AgentPolicy = PrefillDispatchEnv.agent_policy  # envs/base.py: the formulation's core answered by predict(obs, mask)
 
 
 def make_env(**kwargs) -> PrefillDispatchEnv:

@@ -24,7 +24,7 @@ import math
 import numpy as np
 from pdgym.baselines.cache_routing import UnitDispatch
 from pdgym.envs.arrival_window import ArrivalWindow
-from pdgym.envs.base import resolve_action
+from pdgym.envs.base import DecidingCore
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.shadow import shadow_teacher
 from pdgym.envs.sim.policy import PrefillScheduler
@@ -88,8 +88,9 @@ ROW = (
 )
 
 
-class RouteCore(LayoutCore, PrefillScheduler):
-    """Observation, mask, action and decision-epoch code of route mode, shared by the env and its AgentPolicy.
+class RouteCore(LayoutCore, DecidingCore, PrefillScheduler):
+    """The route formulation's policy core (envs/base.py's PolicyCore): observation, mask, action and decision-epoch
+    code, shared by the env and its AgentPolicy.
 
     Action a = i D + d sends the oldest request waiting to be routed (the candidate) to unit d of instance i;
     the mask allows the units of healthy instances. Decision epochs: an arrival (or a request bounced back)
@@ -98,8 +99,6 @@ class RouteCore(LayoutCore, PrefillScheduler):
 
     {features}
     """
-
-    name = "agent"
 
     def __init__(self, mode: str = "route"):
         check_choice(mode, "env.mode", ("route",))
@@ -144,8 +143,8 @@ class RouteCore(LayoutCore, PrefillScheduler):
         self.intents: dict[int, tuple[int, int | None]] = {}
         self._rr: dict[int, int] = {}  # per instance: requests the teacher left to the engine's round robin
 
-    def decide(self, sim) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def decide(self, sim) -> None:
+        self.decider.decide(self, sim)
 
     def _epoch(self, sim) -> None:
         if sim.buffer and sim.prefill_healthy[: self.n].any():
@@ -202,7 +201,7 @@ class RouteCore(LayoutCore, PrefillScheduler):
         c.left, c.t_pass = np.repeat(left, D), np.repeat(t_pass, D)
         return c
 
-    def observe(self, sim) -> np.ndarray:
+    def observe(self, sim, mask=None) -> np.ndarray:
         return self.layout.build(self.context(sim), self.n * self.D)
 
     def mask(self, sim) -> np.ndarray:
@@ -211,11 +210,11 @@ class RouteCore(LayoutCore, PrefillScheduler):
             m[0] = True
         return m
 
-    def default_action(self) -> int:
+    def default_action(self, sim=None, mask=None) -> int:
         """The allowed unit with the fewest outstanding tokens (the least-tokens dispatcher's choice)."""
-        sim = self._sim
+        sim = self._sim if sim is None else sim
         load = np.concatenate([sim.prefill[i].load_tokens() for i in range(self.n)]).astype(np.float64)
-        return int(np.argmin(np.where(self.mask(sim), load, np.inf)))
+        return int(np.argmin(np.where(self.mask(sim) if mask is None else mask, load, np.inf)))
 
     # -------------------------------------------------------------- actions
     def apply(self, sim, a: int) -> bool:
@@ -233,12 +232,12 @@ class RouteCore(LayoutCore, PrefillScheduler):
         shadow_teacher(self, sim, teacher)
         rid = next(iter(sim.buffer), None)
         if rid not in self.intents:
-            return self.default_action()
+            return self.default_action(sim)
         inst, d = self.intents.pop(rid)
         if d is None:
             d = self._engine_unit(sim, inst)
         a = inst * self.D + d
-        return a if self.mask(sim)[a] else self.default_action()
+        return a if self.mask(sim)[a] else self.default_action(sim)
 
     def _engine_unit(self, sim, inst: int) -> int:
         """The unit the engine gives a request sent without one (cluster.prefill.dp_dispatch)."""
@@ -249,28 +248,3 @@ class RouteCore(LayoutCore, PrefillScheduler):
 
 
 RouteCore.__doc__ = RouteCore.__doc__.format(features=table(GLOBAL, ROW, "unit u"))
-
-
-class RouteEnvAdapter(RouteCore):
-    """Inside the env: stop the simulator at each epoch and let env.step act."""
-
-    def decide(self, sim) -> None:
-        sim.pause()
-
-
-class RouteAgent(RouteCore):
-    """A trained route-mode agent as a PrefillScheduler (PrefillDispatch's AgentPolicy with mode="route")."""
-
-    def __init__(self, predict, mode: str = "route"):
-        super().__init__(mode)
-        self.predict = predict
-        self.invalid_actions = 0
-
-    def decide(self, sim) -> None:
-        space = self.spaces()[1]
-        while True:
-            m = self.mask(sim)
-            a, bad = resolve_action(space, m, self.predict(self.observe(sim), m), self.default_action)
-            self.invalid_actions += bad
-            if not self.apply(sim, a):
-                break

@@ -25,7 +25,7 @@ import math
 import numpy as np
 from pdgym.baselines.registry import make_policy
 from pdgym.baselines.slo_admission import ConductorAdmission
-from pdgym.envs.base import resolve_action
+from pdgym.envs.base import DecidingCore
 from pdgym.envs.features import Feature, Layout, LayoutCore, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.ordering import seconds_per_prefill_token
@@ -75,15 +75,14 @@ ROW = (
 )
 
 
-class AdmitCore(LayoutCore, PrefillScheduler):
-    """Observation, mask, action and decision-epoch code of admit mode, shared by the env and its AgentPolicy.
+class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
+    """The admit formulation's policy core (envs/base.py's PolicyCore): observation, mask, action and decision-epoch
+    code, shared by the env and its AgentPolicy.
 
     Action 0 admits the candidate (to `base`), 1 rejects it. Observation (`layout`):
 
     {features}
     """
-
-    name = "agent"
 
     def __init__(self, mode: str = "admit", base=None, obs_requests: int = 8, slack: float = 1.0,
                  use_prediction: bool | None = None):
@@ -126,7 +125,7 @@ class AdmitCore(LayoutCore, PrefillScheduler):
         tbl = sim.classes
         return f"{('admit', 'reject')[int(a)]} req {rid} ({tbl.names[int(sim.req.cls[rid])]})"
 
-    def default_action(self) -> int:
+    def default_action(self, sim=None, mask=None) -> int:
         return 0
 
     def mask(self, sim) -> np.ndarray:
@@ -141,8 +140,8 @@ class AdmitCore(LayoutCore, PrefillScheduler):
         self.rule.s_tok = self.s_tok = seconds_per_prefill_token(sim)
         self.cand = None
 
-    def decide(self, sim) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def decide(self, sim) -> None:
+        self.decider.decide(self, sim)
 
     def on_arrival(self, sim, rid: int) -> None:
         if sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:  # a fresh arrival: the decision
@@ -188,7 +187,7 @@ class AdmitCore(LayoutCore, PrefillScheduler):
         c.r_pred = req.predicted[ids].astype(np.float64) if self.has_pred else np.zeros(len(ids))
         return c
 
-    def observe(self, sim) -> np.ndarray:
+    def observe(self, sim, mask=None) -> np.ndarray:
         c = self.context(sim)
         return self.layout.build(c, len(c.r_cls))
 
@@ -215,29 +214,6 @@ class AdmitCore(LayoutCore, PrefillScheduler):
 
 
 AdmitCore.__doc__ = AdmitCore.__doc__.format(features=table(GLOBAL, ROW, "request r"))
-
-
-class AdmitEnvAdapter(AdmitCore):
-    """Inside the env: stop the simulator at each epoch and let env.step act."""
-
-    def decide(self, sim) -> None:
-        sim.pause()
-
-
-class AdmitAgent(AdmitCore):
-    """A trained admit-mode agent as a PrefillScheduler (PrefillDispatch's AgentPolicy with mode="admit")."""
-
-    def __init__(self, predict, mode: str = "admit", **kwargs):
-        super().__init__(mode, **kwargs)
-        self.predict = predict
-        self.invalid_actions = 0
-
-    def decide(self, sim) -> None:
-        space = self.spaces()[1]
-        m = self.mask(sim)
-        a, bad = resolve_action(space, m, self.predict(self.observe(sim), m), self.default_action)
-        self.invalid_actions += bad
-        self.apply(sim, a)
 
 
 class AttainmentMeter:

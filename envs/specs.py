@@ -14,6 +14,7 @@ its id are redundant; contradicting ones are a ConfigError.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -28,27 +29,34 @@ class EnvSpec:
 
     id: str
     point: str
+    core: str  # "module:Class" of its policy core (envs/base.py's PolicyCore), as an entry point
     options: Mapping[str, object] = field(default_factory=dict)
     doc: str = ""
 
 
 SPECS: Mapping[str, EnvSpec] = MappingProxyType({s.id: s for s in (
-    EnvSpec("pdgym/PrefillDispatch-v0", "prefill", {}, "timing: hold, or release the buffer to an instance"),
-    EnvSpec("pdgym/PrefillAllocation-v0", "prefill", {"mode": "allocation"},
+    EnvSpec("pdgym/PrefillDispatch-v0", "prefill", "pdgym.envs.prefill_dispatch:DispatchCore",
+            {}, "timing: hold, or release the buffer to an instance"),
+    EnvSpec("pdgym/PrefillAllocation-v0", "prefill", "pdgym.envs.prefill_dispatch:DispatchCore",
+            {"mode": "allocation"},
             "allocation: the oldest buffered request to an (instance, DP unit), skip or hold"),
-    EnvSpec("pdgym/PrefillComposition-v0", "prefill", {"mode": "composition"},
+    EnvSpec("pdgym/PrefillComposition-v0", "prefill", "pdgym.envs.prefill_compose:ComposeCore",
+            {"mode": "composition"},
             "composition: SBS times the releases, the agent sends the whole buffer, its short or its long half"),
-    EnvSpec("pdgym/PrefillRoute-v0", "prefill", {"mode": "route"},
-            "route: each arrival to an (instance, DP unit), cache-aware (envs/prefix_route.py)"),
-    EnvSpec("pdgym/PrefillAdmit-v0", "prefill", {"mode": "admit"},
-            "admit: each arrival admitted or rejected, SLO admission on class tiers (envs/slo_admit.py)"),
-    EnvSpec("pdgym/DecodeRouting-v0", "decode", {}, "worker: the offered pooled request to a worker, or skip / end"),
-    EnvSpec("pdgym/DecodePick-v0", "decode", {"action": "pick"},
-            "pick: the env names the worker, the agent picks its requests (envs/decode_pick.py)"),
-    EnvSpec("pdgym/PhaseBatching-v0", "batching", {}, "phase: each unit-iteration prefill, decode or mixed"),
-    EnvSpec("pdgym/BatchingThreshold-v0", "batching", {"mode": "threshold"},
-            "threshold: EB's phase machine, the agent sets each cycle's theta from a grid"),
-    EnvSpec("pdgym/BatchingThresholdContinuous-v0", "batching", {"mode": "threshold", "continuous": True},
+    EnvSpec("pdgym/PrefillRoute-v0", "prefill", "pdgym.envs.prefix_route:RouteCore",
+            {"mode": "route"}, "route: each arrival to an (instance, DP unit), cache-aware (envs/prefix_route.py)"),
+    EnvSpec("pdgym/PrefillAdmit-v0", "prefill", "pdgym.envs.slo_admit:AdmitCore",
+            {"mode": "admit"}, "admit: each arrival admitted or rejected, SLO admission on class tiers (envs/slo_admit.py)"),
+    EnvSpec("pdgym/DecodeRouting-v0", "decode", "pdgym.envs.decode_routing:RouterCore",
+            {}, "worker: the offered pooled request to a worker, or skip / end"),
+    EnvSpec("pdgym/DecodePick-v0", "decode", "pdgym.envs.decode_pick:Picker",
+            {"action": "pick"}, "pick: the env names the worker, the agent picks its requests (envs/decode_pick.py)"),
+    EnvSpec("pdgym/PhaseBatching-v0", "batching", "pdgym.envs.phase_batching:BatchingCore",
+            {}, "phase: each unit-iteration prefill, decode or mixed"),
+    EnvSpec("pdgym/BatchingThreshold-v0", "batching", "pdgym.envs.phase_batching:BatchingCore",
+            {"mode": "threshold"}, "threshold: EB's phase machine, the agent sets each cycle's theta from a grid"),
+    EnvSpec("pdgym/BatchingThresholdContinuous-v0", "batching", "pdgym.envs.phase_batching:BatchingCore",
+            {"mode": "threshold", "continuous": True},
             "threshold with a Box action: theta in [theta_min, theta_max] (and MB or EB with choose_mode)"),
 )})
 
@@ -58,6 +66,21 @@ def formulation(point: str, options: Mapping) -> EnvSpec | None:
     fits = [s for s in SPECS.values()
             if s.point == point and all(options.get(k, _MISSING) == v for k, v in s.options.items())]
     return max(fits, key=lambda s: len(s.options), default=None)
+
+
+def option_values(point: str, key: str, default: object) -> tuple:
+    """The values option `key` takes over the formulations of `point` (`default` where a spec leaves it unset), in
+    SPECS order: what a core's check of its formulation option allows, so a new row is all it takes."""
+    return tuple(dict.fromkeys(s.options.get(key, default) for s in SPECS.values() if s.point == point))
+
+
+def core_class(point: str, options: Mapping) -> type:
+    """The policy-core class of the formulation `options` select at `point` (imports its module)."""
+    spec = formulation(point, options)
+    if spec is None:
+        raise ConfigError(f"env: decision point {point!r} has no formulation in envs/specs.py's SPECS")
+    module, name = spec.core.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def check_formulation(registered_as: str, point: str, options: Mapping) -> str | None:

@@ -8,6 +8,7 @@ import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
 from gymnasium.utils.env_checker import check_env
 from pdgym.baselines import make_policy
+from pdgym.envs.base import AgentDecider
 from pdgym.envs.prefill_dispatch import ENV_ID, AgentPolicy, PrefillDispatchEnv, make_env
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, simulate
@@ -224,11 +225,12 @@ def test_composition_mode_keeps_sbs_timing_and_its_scripted_rule_is_sbs_compose_
     assert info["summary"]["ttft_mean"] == pytest.approx(ref["ttft_mean"], rel=1e-12)
     box = {}
 
-    class Replay(AgentPolicy):
-        def decide(self, sim):
+    class Replay(AgentDecider):
+        def decide(self, core, sim):
             box["sim"] = sim
-            super().decide(sim)
+            return super().decide(core, sim)
 
-    pol = Replay(lambda obs, mask: pol.classes.rule(box["sim"]), **kwargs)
+    pol = AgentPolicy(None, **kwargs)
+    pol.decider = Replay(lambda obs, mask: pol.classes.rule(box["sim"]))
     res = simulate(cfg, {"prefill": pol, "decode": make_policy("decode", "least_kv")}, env.sim.seed).summary()
     assert res["ttft_mean"] == pytest.approx(ref["ttft_mean"], rel=1e-12)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pdgym.baselines import make_policy
 from pdgym.envs.prefill_dispatch import AgentPolicy, make_env
-from pdgym.envs.prefix_route import GLOBAL, ROW, RouteAgent
+from pdgym.envs.prefix_route import GLOBAL, ROW, RouteCore
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import ConfigError, simulate
 
@@ -93,7 +93,7 @@ def test_agent_policy_runs_route_mode_through_simulate():
         obs, _, term, trunc, info = env.step(predict(obs, env.action_masks()))
         done = term or trunc
     pol = AgentPolicy(predict, **kwargs)
-    assert isinstance(pol, RouteAgent)
+    assert isinstance(pol, RouteCore)  # the route formulation's core (envs/specs.py), answered by the agent
     res = simulate(load_scenario(SCEN, OVER).sim, {"prefill": pol}, env.sim.seed).summary()
     assert res["finished"] == 150 and pol.invalid_actions == 0
     assert res["ttft_mean"] == pytest.approx(info["summary"]["ttft_mean"], rel=1e-12)

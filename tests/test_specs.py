@@ -4,15 +4,17 @@ point's own id with another formulation's options an alias that warns, contradic
 from __future__ import annotations
 
 import warnings
+from types import MappingProxyType
 
 import gymnasium as gym
 import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
-from pdgym.envs import decode_routing, phase_batching, prefill_dispatch
+from pdgym.envs import prefill_dispatch, specs
+from pdgym.envs.base import PAUSE, AgentDecider
 from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
-from pdgym.envs.specs import SPECS, formulation
+from pdgym.envs.specs import SPECS, EnvSpec, core_class, formulation, option_values
 
 SMALL = {"prefill": {"overrides": ["workload.num_requests=40", "workload.rate=150"]},
          "decode": {"scenario": "decode_tier_n8", "overrides": ["workload.num_requests=40", "workload.rate=400"]},
@@ -28,15 +30,66 @@ def test_every_id_is_registered_at_its_points_env():
 
 
 def test_every_formulation_of_the_envs_has_its_own_id():
-    choices = {("prefill", "mode", m) for m in prefill_dispatch.MODES}
-    choices |= {("decode", "action", a) for a in decode_routing.ACTIONS}
-    choices |= {("batching", "mode", m) for m in phase_batching.MODES}
+    choices = {("prefill", "mode", m) for m in ("timing", "allocation", "composition", "route")}
+    choices |= {("decode", "action", a) for a in ("worker", "pick")}
+    choices |= {("batching", "mode", m) for m in ("phase", "threshold")}
+    assert option_values("prefill", "mode", "timing") == ("timing", "allocation", "composition", "route")
+    assert option_values("decode", "action", "worker") == ("worker", "pick")
+    assert option_values("batching", "mode", "phase") == ("phase", "threshold")
     for point, key, value in choices:
         s = formulation(point, {key: value})
         assert s is not None and s.point == point
         assert s.options.get(key, value) == value
         assert s.options or s.id == POINTS[point].env_id  # the default formulation is the point's own id
     assert formulation("batching", {"mode": "threshold", "continuous": True}).id == "pdgym/BatchingThresholdContinuous-v0"
+
+
+@pytest.mark.parametrize("env_id", list(SPECS))
+def test_each_id_runs_the_core_its_row_names_in_the_env_and_as_an_agent(env_id):
+    """One contract (envs/base.py's PolicyCore): the env's core is the row's class answered by the env (PAUSE),
+    AgentPolicy is the same class answered by predict."""
+    s = SPECS[env_id]
+    cls = core_class(s.point, s.options)
+    assert s.core.split(":")[1] == cls.__name__ and isinstance(cls, type)
+    env = gym.make(env_id, disable_env_checker=True, **SMALL[s.point]).unwrapped
+    assert type(env.core) is cls and env.core.decider is PAUSE
+    agent = type(env).agent_policy(lambda obs, mask: 0, **s.options)
+    assert type(agent) is cls and isinstance(agent.decider, AgentDecider) and agent.invalid_actions == 0
+    for name in ("observe", "mask", "apply", "default_action", "describe", "spaces", "action_meanings"):
+        assert callable(getattr(agent, name)), name
+
+
+class ToyCore(prefill_dispatch.DispatchCore):
+    """A toy formulation: timing's core under its own mode value, counting its decisions."""
+
+    def __init__(self, mode: str = "toy", tick_s: float = 0.02):
+        super().__init__(mode, tick_s)
+        self.mode, self.seen = "timing", 0
+
+    def observe(self, sim, mask=None):
+        self.seen += 1
+        return super().observe(sim, mask)
+
+
+def test_adding_a_formulation_is_one_spec_row(monkeypatch):
+    """docs/architecture.md: a formulation is its SPECS row (id, point, core, options) and its core class; nothing
+    else is edited: the env builds it, AgentPolicy runs it, the option's allowed values name it."""
+    row = EnvSpec("pdgym/PrefillToy-v0", "prefill", f"{__name__}:ToyCore", {"mode": "toy"})
+    monkeypatch.setattr(specs, "SPECS", MappingProxyType({**SPECS, row.id: row}))
+    with pytest.raises(ConfigError, match="env.mode: .*allowed: .*route, toy"):
+        prefill_dispatch.make_env(mode="nope", **SMALL["prefill"])
+    env = prefill_dispatch.make_env(mode="toy", **SMALL["prefill"])
+    assert type(env.core) is ToyCore and env.action_space.n == 1 + env.core.n  # timing: hold or an instance
+    env.reset(seed=0)
+    assert env.core.seen == 1
+    agent = prefill_dispatch.AgentPolicy(lambda obs, mask: int(mask.nonzero()[0][-1]), mode="toy",
+                                         **SMALL["prefill"])  # release to the last allowed instance, else hold
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import simulate
+
+    res = simulate(load_scenario("ds_v3_h800_3p1d", SMALL["prefill"]["overrides"]).sim, {"prefill": agent}, 0)
+    assert type(agent) is ToyCore and agent.seen > 0 and agent.invalid_actions == 0
+    assert res.summary()["finished"] + res.summary()["rejected"] == 40
 
 
 @pytest.mark.parametrize("env_id", ["pdgym/PrefillAllocation-v0", "pdgym/DecodePick-v0", "pdgym/BatchingThreshold-v0"])
