@@ -211,13 +211,17 @@ def test_every_decision_point_names_its_registered_env():
 
 
 def test_every_decision_points_conf_folder_is_packaged():
-    """A point's policy configs (conf/policy/<name>/) ship in the wheel: pyproject lists the folder (docs/
-    architecture.md, "Adding a decision point", step 4)."""
-    import tomllib
+    """A point's policy configs (conf/policy/<name>/) ship in the wheel: setup.py's packages() finds the folder
+    (docs/architecture.md, "Adding a decision point", step 4), and every folder below a packaged one."""
+    import runpy
 
     from pdgym.envs.sim.points import POINTS
 
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["packages"]()
+    for top in ("envs", "baselines", "agents", "conf", "data"):
+        for d in (ROOT / top).rglob("*"):
+            if d.is_dir() and d.name != "__pycache__" and "." not in d.name:
+                assert f"pdgym.{d.relative_to(ROOT).as_posix().replace('/', '.')}" in packages, d
     for name in POINTS:
         assert (ROOT / "conf" / "policy" / name).is_dir() and f"pdgym.conf.policy.{name}" in packages, name
 
