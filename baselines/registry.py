@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.points import POINTS
+from pdgym.envs.sim.points import POINTS, check_points
 from pdgym.envs.sim.validation import did_you_mean
 
 
@@ -260,10 +260,5 @@ def make_policies(spec: Mapping[str, Any] | None) -> dict:
     """Policies for every decision point named in `spec` ({'prefill': ..., 'decode': ..., 'batching': ...}); each
     value is whatever make_policy takes: a name, {name, params}, a policy class or a policy object."""
     spec = spec or {}
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"policies: got {spec!r} ({type(spec).__name__}); must be a mapping decision point "
-                          f"({', '.join(KINDS)}) -> policy name or {{name, params}}, e.g. {{'decode': 'least_kv'}}")
-    for k in spec:
-        if k not in KINDS:
-            raise ConfigError(f"policy.{k}: unknown decision point; {did_you_mean(k, KINDS)}allowed: {', '.join(KINDS)}")
+    check_points(spec, "policy name or {name, params}, e.g. {'decode': 'least_kv'}", point_key="policy")
     return {k: make_policy(k, v) for k, v in spec.items() if v is not None}

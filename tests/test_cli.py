@@ -171,8 +171,9 @@ def test_every_configured_policy_name_resolves_in_pdgym_eval():
     from pdgym.agents.common import configured_policy, group_options
     from pdgym.agents.evaluation.evaluate import resolve
     from pdgym.baselines import make_policies
+    from pdgym.envs.sim.points import POINTS
 
-    for point in ("prefill", "decode", "batching"):
+    for point in POINTS:
         for name in group_options(f"policy/{point}"):
             cand = resolve(name, point=point)
             assert cand.point == point and cand.label == name

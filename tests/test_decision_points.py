@@ -90,6 +90,7 @@ def toy_point(monkeypatch):
     point = DecisionPoint("shed", LoadShedder, NoShedding, "none", TOY_ENV, f"{__name__}:ToyEnv", 7, wake,
                           "toy load shedder: which pooled requests are rejected", decisions_per_request=3.0)
     monkeypatch.setitem(POINTS, "shed", point)
+    registry.registered("prefill")  # every baseline registered before the copy (a load into it would be lost after)
     monkeypatch.setattr(registry, "_REGISTRY", {k: dict(v) for k, v in registry._REGISTRY.items()})
     registry.register("shed", "none")(NoShedding)
     registry.register("shed", "oldest")(ShedOldest)

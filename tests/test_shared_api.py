@@ -4,6 +4,7 @@ subclassing a baseline; each env's observation is declared once and its docstrin
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -19,13 +20,15 @@ from pdgym.baselines.length_classes import LengthClasses
 from pdgym.baselines.pbaa import PBAA, CapacityModel
 from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.sbs import SBS
-from pdgym.envs import decode_pick, decode_routing, phase_batching, prefill_dispatch, prefix_route, shadow, slo_admit
+from pdgym.envs import decode_routing, phase_batching, prefill_dispatch
 from pdgym.envs.features import Feature, Layout, parse_table, table
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim import Simulator
+from pdgym.envs.sim.points import POINTS
 
 ENVS_DIR = Path(prefill_dispatch.__file__).parent
-ENV_MODULES = (prefill_dispatch, prefix_route, slo_admit, decode_routing, decode_pick, phase_batching, shadow)
+ENV_MODULES = tuple(importlib.import_module(f"pdgym.envs.{p.stem}") for p in sorted(ENVS_DIR.glob("*.py"))
+                    if p.stem != "__init__")  # every env module, found (a listed one was missed once)
 # the names under which the envs hold each part -> the protocol that lists what they may use of it
 PARTS = {"cap": shared.Capacity, "pbaa": shared.Allocator, "sbs": shared.Releaser, "classes": shared.LengthSplit,
          "eb": shared.PhaseMachine, "projector": shared.Projector, "forecaster": shared.Forecaster,
@@ -175,7 +178,7 @@ def test_architecture_doc_says_which_baselines_modules_register_policies():
     mods = sorted(p.stem for p in (ENVS_DIR.parent / "baselines").glob("*.py")
                   if p.stem not in ("__init__", "registry", "shared"))
     assert sorted(listed) == mods
-    for k in ("prefill", "decode", "batching"):
+    for k in POINTS:
         registered(k)  # imports every baselines module
     by_module = {}
     for names in _REGISTRY.values():

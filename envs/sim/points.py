@@ -24,7 +24,7 @@ from .policy import (
     PrefillScheduler,
     RoundRobinDispatch,
 )
-from .validation import ConfigError
+from .validation import ConfigError, did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover
     from .host import Host
@@ -80,16 +80,23 @@ POINTS: dict[str, DecisionPoint] = {p.name: p for p in (
 )}
 
 
+def check_points(given, values: str, key: str = "policies", point_key: str = "policies") -> None:
+    """The one check of a mapping decision point -> policy: a ConfigError line unless `given` is a mapping (named
+    `key`) whose keys are decision points (each named `point_key.<key>`); `values` says what each maps to."""
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"{key}: got {given!r} ({type(given).__name__}); must be a mapping decision point "
+                          f"({', '.join(POINTS)}) -> {values}")
+    for k in given:
+        if k not in POINTS:
+            raise ConfigError(f"{point_key}.{k}: unknown decision point; {did_you_mean(k, POINTS)}allowed: "
+                              f"{', '.join(POINTS)}")
+
+
 def resolve_policies(given) -> dict:
     """The run's policy at every point: `given[name]`, or the point's default; checked against its protocol."""
     out = {}
-    example = "e.g. {'decode': make_policy('decode', 'least_kv')} (from pdgym.baselines import make_policy)"
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"policies: got {given!r} ({type(given).__name__}); must be a mapping decision point "
-                          f"({', '.join(POINTS)}) -> policy object, {example}, or None for the defaults")
-    for k in given:
-        if k not in POINTS:
-            raise ConfigError(f"policies.{k}: unknown decision point; allowed: {', '.join(POINTS)}")
+    check_points(given, "policy object, e.g. {'decode': make_policy('decode', 'least_kv')} (from "
+                 "pdgym.baselines import make_policy), or None for the defaults")
     for k, point in POINTS.items():
         pol = given.get(k)
         if pol is None:
