@@ -107,14 +107,14 @@ def run_bounded(sim, wall_s: float | None, on_progress=None, heartbeat_s: float 
         while not sim.run():
             if decisions is not None and decisions.spent:
                 n_left = sim.req.n - sim.n_resolved
-                sim._finish_run(reason="stalled")
+                sim.finish_run(reason="stalled")
                 return (f"stalled: {decisions.why()}; stopped at simulated t = {sim.now:.1f} s, {n_left} of "
                         f"{sim.req.n} requests unresolved, counted rejected(stalled)")
             if on_progress is not None:
                 on_progress(sim.n_resolved, sim.req.n)
             if wall_s is not None and time.perf_counter() - t0 >= wall_s:
                 n_left = sim.req.n - sim.n_resolved
-                sim._finish_run(reason="horizon")  # the engine's own end-of-run path (rejects what is left)
+                sim.finish_run(reason="horizon")  # the engine's own end-of-run path (rejects what is left)
                 return (f"wall budget {wall_s:g} s reached at simulated t = {sim.now:.1f} s; "
                         f"{n_left} of {sim.req.n} requests unresolved, counted rejected(horizon)")
     finally:

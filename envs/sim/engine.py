@@ -301,7 +301,7 @@ class Simulator:
                     self._arrive(i)
                     continue
                 if ht == math.inf:
-                    self._finish_run()
+                    self.finish_run()
                     return True
                 if ht > stop:
                     break
@@ -311,15 +311,16 @@ class Simulator:
                 handlers[kind](payload)
             if not self.paused and stop == horizon and horizon < until:
                 self.now = horizon
-                self._finish_run(reason="horizon")
+                self.finish_run(reason="horizon")
                 return True
             return False
         finally:
             self.n_events += n_events
             self._wall += time.perf_counter() - t0
 
-    def _finish_run(self, reason: str = "stalled") -> None:
-        """End of events: anything unresolved is rejected with `reason` (never silently dropped)."""
+    def finish_run(self, reason: str = "stalled") -> None:
+        """End the run now (end of events; a caller stopping a run early: agents/evaluation/runner.py): anything
+        unresolved is rejected with `reason` (never silently dropped)."""
         left = np.flatnonzero(self.req.state < R.FINISHED).tolist()
         if left:
             if reason == "stalled":
