@@ -13,9 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from pdgym.agents.compose import compose_checked  # noqa: F401 - kept importable from here (tests, bench)
-from pdgym.agents.errors import interrupted, one_line_errors, show_each_warning_once  # noqa: F401 - the same
-from pdgym.envs.compose_errors import group_options  # noqa: F401 - the same
 from pdgym.envs.sim.config import ConfigError, SimConfig, check_footprint, sim_config
 
 SIM_KEYS = tuple(f.name for f in dataclasses.fields(SimConfig))

@@ -168,9 +168,10 @@ def test_seeds_give_distinct_replicates_on_a_trace_scenario(tmp_path):
 
 def test_every_configured_policy_name_resolves_in_pdgym_eval():
     """`policy/POINT=NAME` works in pdgym-sim for every conf/policy file; pdgym-eval policy=NAME must too."""
-    from pdgym.agents.common import configured_policy, group_options
+    from pdgym.agents.common import configured_policy
     from pdgym.agents.evaluation.evaluate import resolve
     from pdgym.baselines import make_policies
+    from pdgym.envs.compose_errors import group_options
     from pdgym.envs.sim.points import POINTS
 
     for point in POINTS:

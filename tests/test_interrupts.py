@@ -142,7 +142,7 @@ def test_an_error_a_ctrl_c_left_in_a_library_cleanup_is_still_the_ctrl_c(capsys)
     """A cleanup that fails on the half-built state an interrupt left (seen once in OmegaConf's flag_override during
     pdgym-eval's start-up) replaces the KeyboardInterrupt with its own error: still one line and exit 130; an
     error with no interrupt behind it stays an error."""
-    from pdgym.agents.common import interrupted, one_line_errors
+    from pdgym.agents.errors import interrupted, one_line_errors
 
     def cleanup_fails():
         try:
@@ -169,7 +169,7 @@ def test_a_ctrl_c_inside_hydras_composition_is_still_the_ctrl_c(capsys, monkeypa
     import hydra
     from hydra.errors import ConfigCompositionException
     from omegaconf.errors import ConfigKeyError
-    from pdgym.agents.common import compose_checked
+    from pdgym.agents.compose import compose_checked
 
     def composed(interrupt: bool):
         def compose(*args, **kwargs):

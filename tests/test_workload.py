@@ -505,7 +505,7 @@ def test_apps_print_each_workload_warning_once():
     subprocess: pytest records warnings itself, so nothing would reach stderr here.)"""
     code = """if True:
         import warnings
-        from pdgym.agents.common import show_each_warning_once
+        from pdgym.agents.errors import show_each_warning_once
         from pdgym.envs.sim.config import WorkloadConfig
         from pdgym.envs.sim.workload import WorkloadWarning, make_workload
         import numpy as np
