@@ -13,7 +13,6 @@ removes the entries this run added (the whole folder, and the parents it made, i
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -31,7 +30,6 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 MARKER = ".pdgym-run"
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 _HELD: dict[Path, RunFolder] = {}  # folders this process holds: a claim of one of them is re-entrant
 
@@ -225,17 +223,10 @@ def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     try:
         p.mkdir(parents=True, exist_ok=True)
         before = set(os.listdir(p))
-        # never through a link, never a device or a pipe: the marker is truncated and written below
-        fd = os.open(p / MARKER, os.O_RDWR | os.O_CREAT | _NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{key}: {p / MARKER} is a symbolic link; pdgym's marker is a plain file (remove the "
-                              "link, or give another folder)") from None
         raise ConfigError(f"{key}: cannot create the run folder {p}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{key}: {p / MARKER} is not a regular file (a device or a pipe); pdgym's marker is a plain "
-                          "file (remove it, or give another folder)")
+    # never through a link, never a device or a pipe: the marker is truncated and written below
+    fd = safe_files.open_nofollow(p / MARKER, os.O_RDWR | os.O_CREAT, what=key)
     if fcntl is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
