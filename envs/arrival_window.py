@@ -26,6 +26,14 @@ class ArrivalWindow:
         win.append((t, tokens))
         self._tokens += tokens
 
+    def note(self, sim, rid: int) -> bool:
+        """Add request `rid`'s arrival if it is fresh (not bounced back or preempted); True if it was."""
+        req = sim.req
+        fresh = bool(req.buf_t[rid] == req.arrival[rid])
+        if fresh:
+            self.add(sim.now, int(req.prompt[rid]))
+        return fresh
+
     def load(self, now: float, cap_tok_s: float) -> float:
         """Tokens arrived per second over the window, over `cap_tok_s`; 0 until two arrivals span some time."""
         win = self._win

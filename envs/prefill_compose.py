@@ -57,14 +57,9 @@ class ComposeCore(DispatchCore):
         self.sbs.reset(sim)
         self.classes.reset()
 
-    def _count_arrival(self, sim, rid: int) -> bool:
-        fresh = super()._count_arrival(sim, rid)
-        if fresh:
-            self.classes.arrived(int(sim.req.work[rid]))
-        return fresh
-
     def on_arrival(self, sim, rid: int) -> None:
-        self._count_arrival(sim, rid)
+        if self._arrivals.note(sim, rid):
+            self.classes.arrived(int(sim.req.work[rid]))
         self.sbs.on_arrival(sim, rid)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:

@@ -244,16 +244,8 @@ class DispatchCore(LayoutCore, DecidingCore, PrefillScheduler):
             self._tick_at = t = sim.now + self.tick_s
             sim.set_timer(t, "prefill", ("tick", t))
 
-    def _count_arrival(self, sim, rid: int) -> bool:
-        """Note a fresh arrival (not bounced or preempted) in the arrival window; True if it was fresh."""
-        req = sim.req
-        fresh = req.buf_t[rid] == req.arrival[rid]
-        if fresh:
-            self._arrivals.add(sim.now, int(req.prompt[rid]))
-        return fresh
-
     def on_arrival(self, sim, rid: int) -> None:
-        self._count_arrival(sim, rid)
+        self._arrivals.note(sim, rid)
         if self.teacher is not None:
             self.teacher.on_arrival(self._proxy, rid)
         self._epoch(sim)

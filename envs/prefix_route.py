@@ -151,9 +151,7 @@ class RouteCore(LayoutCore, DecidingCore, PrefillScheduler):
             self.decide(sim)
 
     def on_arrival(self, sim, rid: int) -> None:
-        req = sim.req
-        if req.buf_t[rid] == req.arrival[rid]:  # fresh, not bounced or preempted
-            self._arrivals.add(sim.now, int(req.prompt[rid]))
+        self._arrivals.note(sim, rid)
         if self.teacher is not None:
             self.teacher.on_arrival(self._proxy, rid)
         self._epoch(sim)
