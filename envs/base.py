@@ -201,6 +201,11 @@ class DecidingCore:
     def invalid_actions(self) -> int:
         return self.decider.invalid_actions
 
+    @property
+    def predict(self):
+        """The agent's predict(obs, mask) (an AgentPolicy's; None in an env): the bounded runner reads its budget."""
+        return getattr(self.decider, "predict", None)
+
 
 def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
     """Call a policy core's constructor (a class or a bound `__init__`) with `options`, less the

@@ -53,8 +53,12 @@ def test_each_id_runs_the_core_its_row_names_in_the_env_and_as_an_agent(env_id):
     assert s.core.split(":")[1] == cls.__name__ and isinstance(cls, type)
     env = gym.make(env_id, disable_env_checker=True, **SMALL[s.point]).unwrapped
     assert type(env.core) is cls and env.core.decider is PAUSE
-    agent = type(env).agent_policy(lambda obs, mask: 0, **s.options)
+    def predict(obs, mask):
+        return 0
+
+    agent = type(env).agent_policy(predict, **s.options)
     assert type(agent) is cls and isinstance(agent.decider, AgentDecider) and agent.invalid_actions == 0
+    assert agent.predict is predict and env.core.predict is None  # the bounded runner finds an agent's budget here
     for name in ("observe", "mask", "apply", "default_action", "describe", "spaces", "action_meanings"):
         assert callable(getattr(agent, name)), name
 
