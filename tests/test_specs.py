@@ -30,10 +30,10 @@ def test_every_id_is_registered_at_its_points_env():
 
 
 def test_every_formulation_of_the_envs_has_its_own_id():
-    choices = {("prefill", "mode", m) for m in ("timing", "allocation", "composition", "route")}
+    choices = {("prefill", "mode", m) for m in ("timing", "allocation", "composition", "route", "admit")}
     choices |= {("decode", "action", a) for a in ("worker", "pick")}
     choices |= {("batching", "mode", m) for m in ("phase", "threshold")}
-    assert option_values("prefill", "mode", "timing") == ("timing", "allocation", "composition", "route")
+    assert option_values("prefill", "mode", "timing") == ("timing", "allocation", "composition", "route", "admit")
     assert option_values("decode", "action", "worker") == ("worker", "pick")
     assert option_values("batching", "mode", "phase") == ("phase", "threshold")
     for point, key, value in choices:
@@ -80,7 +80,7 @@ def test_adding_a_formulation_is_one_spec_row(monkeypatch):
     else is edited: the env builds it, AgentPolicy runs it, the option's allowed values name it."""
     row = EnvSpec("pdgym/PrefillToy-v0", "prefill", f"{__name__}:ToyCore", {"mode": "toy"})
     monkeypatch.setattr(specs, "SPECS", MappingProxyType({**SPECS, row.id: row}))
-    with pytest.raises(ConfigError, match="env.mode: .*allowed: .*route, toy"):
+    with pytest.raises(ConfigError, match="env.mode: .*allowed: .*, toy$"):
         prefill_dispatch.make_env(mode="nope", **SMALL["prefill"])
     env = prefill_dispatch.make_env(mode="toy", **SMALL["prefill"])
     assert type(env.core) is ToyCore and env.action_space.n == 1 + env.core.n  # timing: hold or an instance
