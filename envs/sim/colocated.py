@@ -53,6 +53,8 @@ class ColocatedUnit(Stepper):
     def fill(self, req: R.RequestTable, budget: int, admit_new: bool, per_request: int | None) -> list[tuple[int, int]]:
         """Prompt pieces: running prefills first, then waiting requests (FIFO) while slots and KV allow."""
         pieces: list[tuple[int, int]] = []
+        if not self.prefilling and not (admit_new and self.waiting):  # decodes only: nothing to fill
+            return pieces
         cap = per_request or budget
         for rid in self.prefilling:
             if budget <= 0:
@@ -62,7 +64,7 @@ class ColocatedUnit(Stepper):
             budget -= take
         if not admit_new:
             return pieces
-        slots = self.free_slots()
+        slots = self.slots - len(self.prefilling) - self.n_decoding
         kv_free = self.kv_cap - self.kv_used - self.n_decoding  # this iteration's decode tokens come first
         for rid in self.waiting:
             if budget <= 0 or slots <= 0:
