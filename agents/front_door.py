@@ -321,33 +321,6 @@ def command_line(args: list[str]) -> Iterator[None]:
         sys.argv = saved
 
 
-@contextlib.contextmanager
-def composing_once(flags: list[str]) -> Iterator[None]:
-    """Within the block Hydra composes a run's config once, not twice. Before every run or multirun Hydra 1.3
-    composes the whole config in multirun mode only to read `hydra.mode` (Hydra.get_mode; about 0.3 s of CPU a
-    command, as much as the composition that follows); None there lets the flags decide (-m: multirun, else a
-    run). No config of pdgym's sets hydra.mode (tests/test_front_door.py) and the command line may not (refused
-    above), so where the configs are pdgym's own (no --config-dir / --config-path / --config-name) the answer is
-    None without composing. Hydra's own method again after the block."""
-    from hydra._internal.hydra import Hydra
-
-    own = Hydra.get_mode
-    if not any(f.startswith(_OTHER_CONFIGS) for f in flags):
-        Hydra.get_mode = _no_mode_set
-    try:
-        yield
-    finally:
-        Hydra.get_mode = own
-
-
-_OTHER_CONFIGS = ("--con", "-cp", "-cn", "-cd")  # --config-path / -name / -dir and argparse's prefixes of them
-
-
-def _no_mode_set(self: Any, config_name: str | None, overrides: list[str]) -> None:
-    """Hydra.get_mode's answer for pdgym's configs: none sets hydra.mode."""
-    return None
-
-
 def _set_full_error(value: str | None) -> None:
     if value is None:
         os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -434,7 +407,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
             _DOOR.append(door)
             try:
                 # flags first: Hydra's argparse takes the overrides as one positional list (tests put some before -m)
-                with command_line([*flags, *overrides]), raising_hydra_errors(), composing_once(flags):
+                with command_line([*flags, *overrides]), raising_hydra_errors():
                     hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name=config_name)(task)()
             except BaseException as exc:
                 if door.folder is not None:

@@ -5,7 +5,6 @@ one line) is not what the app's code sees."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from pdgym.agents.front_door import hydra_cli
@@ -58,43 +57,3 @@ def test_a_composition_error_hydra_raises_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.startswith("pdgym-test: error: nosuch: unknown key") and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
-
-
-def _mode_task(cfg) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    SEEN.setdefault("modes", []).append(str(HydraConfig.get().mode))
-
-
-mode_main = hydra_cli("pdgym-test", "config")(_mode_task)
-
-
-@pytest.mark.parametrize(("flags", "modes", "composed"), [
-    ([], ["RunMode.RUN"], 1),  # Hydra's mode probe (a second, multirun composition) skipped
-    (["-m", "seed=0,1"], ["RunMode.MULTIRUN"] * 2, 1 + 2),  # the sweep once, then each job by Hydra's launcher
-])
-def test_a_command_composes_without_hydras_mode_probe_and_keeps_its_mode(tmp_path, monkeypatch, flags, modes, composed):
-    from hydra._internal.hydra import Hydra
-
-    calls = []
-    own = Hydra.compose_config
-    monkeypatch.setattr(Hydra, "compose_config", lambda self, *a, **k: calls.append(1) or own(self, *a, **k))
-    SEEN.clear()
-    mode_main([*flags, "workload.num_requests=5", f"hydra.run.dir={tmp_path / 'run'}",
-               f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    assert SEEN["modes"] == modes
-    assert len(calls) == composed
-    assert Hydra.get_mode is not Hydra.compose_config and Hydra.get_mode.__name__ == "get_mode"  # Hydra's own again
-
-
-def test_no_pdgym_config_sets_hydra_mode():
-    """The mode probe is skipped because no config of pdgym's sets hydra.mode (the command line may not either)."""
-    import importlib.resources
-
-    from omegaconf import OmegaConf
-
-    root = importlib.resources.files("pdgym.conf")
-    files = [p for p in Path(str(root)).rglob("*.yaml")]
-    assert len(files) > 50
-    for p in files:
-        assert OmegaConf.select(OmegaConf.load(p), "hydra.mode") is None, p
