@@ -470,3 +470,33 @@ def test_experts_held_per_unit_and_several_units_have_no_scalar_pass_time():
     assert roofline("a100_80g", "llama3_1_8b", dp=2).pass_time1 is None  # the barrier over units: vectors
     moe_local = roofline("h200", "qwen3_30b_a3b", dp=1)  # experts on the unit: pass_time's vector expm1
     assert moe_local.pass_time1 is None
+
+
+def test_a_colocated_run_prices_the_same_with_and_without_observers():
+    """Without observers a one-unit colocated instance takes the scalar pass and starts its next iteration directly;
+    an observer (it wants the per-unit vectors) takes the vector pass. The two runs must be the same history."""
+    from pdgym.envs.sim.observers import Observer
+
+    cfg = {"hardware": "a100_80g", "model": "llama3_1_8b",
+           "cluster": {"topology": "colocated", "colocated": {"count": 2, "dp": 1, "chunk_tokens": 512,
+                                                              "batch_limit": 64, "kv_capacity_tokens": 60000}},
+           "workload": {"num_requests": 150, "arrival": "poisson", "rate": 6.0}}
+
+    class Units(Observer):
+        def __init__(self):
+            self.seen = []
+
+        def on_pass_start(self, sim, p):
+            self.seen.append((p.dur, float(p.unit_time.max()) if p.unit_time is not None else None))
+
+    plain = Simulator(cfg, None, seed=3)
+    assert plain.colocated[0].cost.pass_time1 is not None
+    plain.run()
+    watched = Simulator(cfg, None, seed=3)
+    obs = Units()
+    watched.observe(obs)
+    watched.run()
+    a, b = plain.steps.frame(), watched.steps.frame()
+    assert len(a) > 300 and a.equals(b)
+    assert np.array_equal(plain.req.finish, watched.req.finish, equal_nan=True)
+    assert len(obs.seen) == len(a) and all(u is not None and u > 0 for _, u in obs.seen)
