@@ -223,12 +223,17 @@ class ColocatedInstance:
             for u in self.units:
                 u.yield_to_rank(sim, order.key)
         batches = []
+        empty = True
         for ui in range(self.dp):
             b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)
             if b is PAUSED:  # an agent picks the batch: this start is replayed when the run resumes
                 return
-            batches.append(b if b is not None else Batch())
-        if all(b.empty() for b in batches):
+            if b is None:
+                b = Batch()
+            elif empty and not b.empty():
+                empty = False
+            batches.append(b)
+        if empty:
             return
         dp = self.dp
         ptok = [0] * dp  # per unit, Python numbers: NumPy vectors only for the cost model's vector path
@@ -241,6 +246,7 @@ class ColocatedInstance:
         work = req.work
         state = req.state
         budget = 0
+        n_tok = n_req = 0  # the iteration's prompt tokens and decoding requests, over units
         relieved = False
         for ui, (u, b) in enumerate(zip(self.units, batches)):
             budget += u.chunk_tokens
@@ -271,17 +277,19 @@ class ColocatedInstance:
             ptok[ui] = tok
             attn[ui] = at
             ends[ui] = end
+            n_tok += tok
             dec = bool(b.decode and u.n_decoding)
             if dec:
                 dreq[ui] = u.n_decoding
                 dkv[ui] = u.decode_kv
+                n_req += u.n_decoding
             plan.append((pieces, dec))
-        if not any(ptok) and not any(dreq):
+        if not n_tok and not n_req:
             if relieved:  # preemption emptied the batch: ask the policy again with the new state
                 self.wake()
             return
-        tot = float(sum(ptok))
-        nreq = float(sum(dreq))
+        tot = float(n_tok)
+        nreq = float(n_req)
         one = self.cost.pass_time1 if dp == 1 and not sim.observers else None
         if one is not None:  # one unit: the cost model's scalar twin (same value)
             dur = one(ptok[0], attn[0], dreq[0], dkv[0], ends[0])
