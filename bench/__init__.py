@@ -4,5 +4,6 @@ Every module bench/bench_*.py exposes `run() -> dict[str, float]`; this package 
 all, measures a reference (Gymnasium CartPole raw steps/s) in the same process so figures
 can be compared across machines and runs as ratios, prints a table, appends every figure to
 bench/history.csv and, on a full run, writes the table into docs/performance.md
-(bench/report.py holds the targets). runs/bench/latest.json keeps the last run.
+(bench/report.py holds the targets). runs/bench/latest.json keeps the last run. bench/cpu_ratio.py (not run by
+`make bench`) gives one scenario's CPU rate over CartPole's, for A/B runs on a shared machine.
 """

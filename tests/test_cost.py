@@ -439,3 +439,64 @@ def test_an_engine_sets_its_own_attention_kernel():
         load_model({**dataclasses.asdict(model), "tie_word_embeddings": "yes"})
     with pytest.raises(ConfigError, match=r"^model\.vocab_size: the embedding and LM head"):
         load_model({**dataclasses.asdict(model), "vocab_size": 1_000_000})
+
+
+@pytest.mark.parametrize(("hw", "model", "shape"), [
+    ("a100_80g", "llama3_1_8b", {}),  # dense (the bench's colocated scenario)
+    ("h200", "qwen3_8b", {"tp": 2, "interference": 0.95}),  # TP all-reduce, mixed-batch interference
+    ("h800", "deepseek_v3", {"tp": 2, "ep": 16}),  # MLA, experts shared over the EP group, EP comm
+])
+def test_one_unit_scalar_pass_time_is_the_vector_ones_bit_for_bit(hw, model, shape):
+    """Colocated iterations of one-unit instances price their pass with pass_time1 on Python numbers: it must give
+    pass_time's float exactly (and its idle fraction), for prefill-only, decode-only, mixed and prompt-ending passes."""
+    cost = roofline(hw, model, dp=1, **shape)
+    assert cost.pass_time1 is not None
+    rng = np.random.default_rng(1)
+    for trial in range(500):
+        tok = int(rng.integers(0, 4097)) if trial % 3 else 0
+        reqs = int(rng.integers(0, 257)) if trial % 4 else 0
+        if tok == 0 and reqs == 0:
+            reqs = 1
+        attn = tok * (float(rng.integers(0, 30000)) + tok * 0.5)
+        kv = reqs * int(rng.integers(1, 9000))
+        ends = int(rng.integers(0, 3)) if tok else 0
+        want = cost.pass_time(*(np.array([x], dtype=float) for x in (tok, attn, reqs, kv, ends)))
+        idle = cost.last_idle_frac
+        assert cost.pass_time1(tok, attn, reqs, kv, ends) == want  # the same float, not approximately
+        assert cost.last_idle_frac == idle == 0.0
+
+
+def test_experts_held_per_unit_and_several_units_have_no_scalar_pass_time():
+    assert roofline("a100_80g", "llama3_1_8b", dp=2).pass_time1 is None  # the barrier over units: vectors
+    moe_local = roofline("h200", "qwen3_30b_a3b", dp=1)  # experts on the unit: pass_time's vector expm1
+    assert moe_local.pass_time1 is None
+
+
+def test_a_colocated_run_prices_the_same_with_and_without_observers():
+    """Without observers a one-unit colocated instance takes the scalar pass and starts its next iteration directly;
+    an observer (it wants the per-unit vectors) takes the vector pass. The two runs must be the same history."""
+    from pdgym.envs.sim.observers import Observer
+
+    cfg = {"hardware": "a100_80g", "model": "llama3_1_8b",
+           "cluster": {"topology": "colocated", "colocated": {"count": 2, "dp": 1, "chunk_tokens": 512,
+                                                              "batch_limit": 64, "kv_capacity_tokens": 60000}},
+           "workload": {"num_requests": 150, "arrival": "poisson", "rate": 6.0}}
+
+    class Units(Observer):
+        def __init__(self):
+            self.seen = []
+
+        def on_pass_start(self, sim, p):
+            self.seen.append((p.dur, float(p.unit_time.max()) if p.unit_time is not None else None))
+
+    plain = Simulator(cfg, None, seed=3)
+    assert plain.colocated[0].cost.pass_time1 is not None
+    plain.run()
+    watched = Simulator(cfg, None, seed=3)
+    obs = Units()
+    watched.observe(obs)
+    watched.run()
+    a, b = plain.steps.frame(), watched.steps.frame()
+    assert len(a) > 300 and a.equals(b)
+    assert np.array_equal(plain.req.finish, watched.req.finish, equal_nan=True)
+    assert len(obs.seen) == len(a) and all(u is not None and u > 0 for _, u in obs.seen)

@@ -53,6 +53,8 @@ class ColocatedUnit(Stepper):
     def fill(self, req: R.RequestTable, budget: int, admit_new: bool, per_request: int | None) -> list[tuple[int, int]]:
         """Prompt pieces: running prefills first, then waiting requests (FIFO) while slots and KV allow."""
         pieces: list[tuple[int, int]] = []
+        if not self.prefilling and not (admit_new and self.waiting):  # decodes only: nothing to fill
+            return pieces
         cap = per_request or budget
         for rid in self.prefilling:
             if budget <= 0:
@@ -62,7 +64,7 @@ class ColocatedUnit(Stepper):
             budget -= take
         if not admit_new:
             return pieces
-        slots = self.free_slots()
+        slots = self.slots - len(self.prefilling) - self.n_decoding
         kv_free = self.kv_cap - self.kv_used - self.n_decoding  # this iteration's decode tokens come first
         for rid in self.waiting:
             if budget <= 0 or slots <= 0:
@@ -221,22 +223,30 @@ class ColocatedInstance:
             for u in self.units:
                 u.yield_to_rank(sim, order.key)
         batches = []
+        empty = True
         for ui in range(self.dp):
             b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)
             if b is PAUSED:  # an agent picks the batch: this start is replayed when the run resumes
                 return
-            batches.append(b if b is not None else Batch())
-        if all(b.empty() for b in batches):
+            if b is None:
+                b = Batch()
+            elif empty and not b.empty():
+                empty = False
+            batches.append(b)
+        if empty:
             return
         dp = self.dp
-        ptok = np.zeros(dp)
-        attn = np.zeros(dp)
-        dreq = np.zeros(dp)
-        dkv = np.zeros(dp)
-        ends = np.zeros(dp)  # prompts whose last token is in this iteration: each runs the LM head
+        ptok = [0] * dp  # per unit, Python numbers: NumPy vectors only for the cost model's vector path
+        attn = [0.0] * dp
+        dreq = [0] * dp
+        dkv = [0] * dp
+        ends = [0] * dp  # prompts whose last token is in this iteration: each runs the LM head
         plan = []
         req = sim.req
+        work = req.work
+        state = req.state
         budget = 0
+        n_tok = n_req = 0  # the iteration's prompt tokens and decoding requests, over units
         relieved = False
         for ui, (u, b) in enumerate(zip(self.units, batches)):
             budget += u.chunk_tokens
@@ -246,44 +256,57 @@ class ColocatedInstance:
             pieces = []
             tok = 0
             at = 0.0
+            end = 0
             for rid, take in b.prefill:
-                st = req.state[rid]
+                st = state[rid]
                 if st == R.WAITING:
                     u.admit(sim, rid, b.decode)
                 elif st != R.PREFILL:
                     raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} is not waiting "
                                        f"or prefilling")
-                rem = int(req.work[rid])
+                rem = int(work[rid])
                 take = min(int(take), rem)
                 if take <= 0:
                     continue
                 prior = req.load(rid) - rem
                 at += take * (prior + take * 0.5)
                 tok += take
-                req.work[rid] = rem - take
-                ends[ui] += take == rem
+                work[rid] = rem - take
+                end += take == rem
                 pieces.append(rid)
             ptok[ui] = tok
             attn[ui] = at
+            ends[ui] = end
+            n_tok += tok
             dec = bool(b.decode and u.n_decoding)
             if dec:
                 dreq[ui] = u.n_decoding
                 dkv[ui] = u.decode_kv
+                n_req += u.n_decoding
             plan.append((pieces, dec))
-        if not ptok.any() and not dreq.any():
+        if not n_tok and not n_req:
             if relieved:  # preemption emptied the batch: ask the policy again with the new state
                 self.wake()
             return
-        dur = self.cost.pass_time(ptok, attn, dreq, dkv, ends)
+        tot = float(n_tok)
+        nreq = float(n_req)
+        one = self.cost.pass_time1 if dp == 1 and not sim.observers else None
+        if one is not None:  # one unit: the cost model's scalar twin (same value)
+            dur = one(ptok[0], attn[0], dreq[0], dkv[0], ends[0])
+        else:
+            ptok, attn, dreq, dkv, ends = (np.array(x, dtype=float) for x in (ptok, attn, dreq, dkv, ends))
+            dur = self.cost.pass_time(ptok, attn, dreq, dkv, ends)
         now = sim.now
         self.busy = True
         self.iter_start = now
         self.iter_end = now + dur
         self.plan = plan
-        kvs = [u.kv_used for u in self.units]
-        tot = float(ptok.sum())
-        nreq = float(dreq.sum())
-        sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, max(kvs), min(kvs), tot / budget, ptok, dreq, dkv)
+        if dp == 1:
+            kv_max = kv_min = self.units[0].kv_used
+        else:
+            kvs = [u.kv_used for u in self.units]
+            kv_max, kv_min = max(kvs), min(kvs)
+        sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, kv_max, kv_min, tot / budget, ptok, dreq, dkv)
         sim.push(now + dur, COLOCATED_END, self)
 
     def end_iteration(self) -> None:
@@ -298,4 +321,7 @@ class ColocatedInstance:
         self.plan = []
         sim.pass_ended(COLOCATED_PASS, self.idx)
         if busy_after:
-            self.wake()
+            if not self.start_queued and sim.next_now():  # the start it would queue runs next: run it now
+                self.start_iteration()
+            else:
+                self.wake()

@@ -265,6 +265,12 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
+    def next_now(self) -> bool:
+        """Whether an event queued now would be the next to run: no event is queued for now and the run is not
+        paused (the heap takes equal times in queue order, before an arrival at the same time)."""
+        heap = self._heap
+        return not self.paused and (not heap or heap[0][0] > self.now)
+
     def _start(self) -> None:
         self._started = True
         for pol in self.policies.values():

@@ -112,6 +112,13 @@ class RooflineCost(CostModel):
             n_ar = 2 * model.layers - (model.moe_layers if moe and ep > 1 else 0)
             comm += n_ar * model.hidden * 2.0 * 2.0 * (tp - 1) / tp / link_bw(hw, tp)
         self._comm = comm
+        # One unit (dp = 1) without per-unit experts: the same float operations, in the same order, on Python floats
+        # (length-1 NumPy vectors cost more in dispatch than in arithmetic). colocated.py's iterations call it.
+        if self.dp == 1 and not self._moe_local:
+            self._k1 = tuple(float(v[0]) for v in (self._c_tok, self._m_tok, self._c_pa, self._m_pa, self._c_dk,
+                                                   self._m_dk, self._m_w, self._c_head, self._m_head))
+            self._interf1 = None if self._interf is None else float(self._interf[0])
+            self.pass_time1 = self._pass_time1
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         ones = self._ones
@@ -148,6 +155,46 @@ class RooflineCost(CostModel):
             unit += np.sign(prefill_tokens * decode_reqs) * decode_kv * self._interf
         comm = float(tok.max()) * self._comm if self._comm else 0.0
         return self._overhead + self._barrier(unit) + comm
+
+    def _pass_time1(self, prefill_tokens: float, prefill_attn: float, decode_reqs: float, decode_kv: float,
+                    prompt_ends: float) -> float:
+        """pass_time of a one-unit instance on scalars: the same value as pass_time on length-1 vectors (each operation
+        is the vector one's, in its order; x * 1.0 and a sum over one unit are exact), and the same last_idle_frac
+        (0: one unit never waits); last_unit is not kept (record_pass reads it only for observers)."""
+        c_tok, m_tok, c_pa, m_pa, c_dk, m_dk, m_w, c_head, m_head = self._k1
+        n_p = prefill_tokens
+        n_d = decode_reqs
+        if n_p > 0 and n_d > 0:
+            tok = prefill_tokens + decode_reqs
+        else:
+            tok = prefill_tokens if n_p > 0 else decode_reqs
+        c = tok * c_tok
+        m = tok * m_tok
+        if n_p > 0:
+            c += prefill_attn * c_pa
+            m += prefill_attn * m_pa
+        if n_d > 0:
+            c += decode_kv * c_dk
+            m += decode_kv * m_dk
+        m += (1.0 if tok > 0 else 0.0) * m_w
+        if self._head:
+            head = decode_reqs if n_d > 0 else None
+            if n_p > 0:
+                head = prompt_ends if head is None else head + prompt_ends
+            if head is not None:
+                c += head * c_head
+                m += (1.0 if head > 0 else 0.0) * m_head
+        if self._shared:
+            mean = (n_p + n_d) / self.dp
+            c += mean * self._exp_c
+            m += self._exp_read * -math.expm1(-mean * self._exp_rate)
+        unit = c if c > m else m
+        if n_p > 0 and n_d > 0 and self._interf1 is not None:
+            unit += (1.0 if prefill_tokens * decode_reqs > 0 else 0.0) * decode_kv * self._interf1
+        comm = tok * self._comm if self._comm else 0.0
+        self.last_unit = None
+        self.last_idle_frac = 0.0
+        return self._overhead + unit + comm
 
     def decode_coef(self) -> tuple[np.ndarray, float, float] | None:
         """What a compiled decode- or prefill-only pass_time reads (kernels.COEF order), the comm and overhead; None

@@ -37,6 +37,7 @@ class Stepper:
     def __init__(self) -> None:
         self.steps = 0  # completed steps
         self.step_t = GrowingArray()  # step_t.data[s - 1] = end time of step s
+        self.last_t = 0.0  # step_t's last entry, a Python float
         self.gap = GrowingArray()  # gap.data[s - 1] = end of step s minus end of step s - 1
         self.buckets: dict[int, list[int]] = {}  # finish step -> requests (lazy deletion on preempt)
 
@@ -44,8 +45,9 @@ class Stepper:
         """A step ended at `now`; returns its number."""
         self.steps += 1
         s = self.steps
-        self.gap.append(now - self.step_t.data[s - 2] if s > 1 else 0.0)
+        self.gap.append(now - self.last_t if s > 1 else 0.0)
         self.step_t.append(now)
+        self.last_t = now
         return s
 
     def start_decoding(self, req: RequestTable, rid: int, now: float) -> None:
