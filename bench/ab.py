@@ -1,14 +1,18 @@
-"""Interleaved A/B of the simulator's speed between two source trees (two git worktrees of pdgym).
+"""Interleaved A/B of the simulator's and the envs' speed between two source trees (two git worktrees of pdgym).
 
     python -m bench.ab /path/to/tree_a /path/to/tree_b [--rounds 9] [--repeats 2] [--cases coloc,disagg]
         [--requests N]
 
+Cases: coloc, disagg (`Simulator.run()` on bench_sim's scenarios) and env_decode, env_prefill, env_batching
+(`env.step` on bench_decode's / bench_prefill's / bench_batching's env, with seeded random valid actions).
+
 Each sample is a fresh process that imports pdgym from one tree (a temporary package folder of links to the
 tree's agents, baselines, conf, data and envs, first on PYTHONPATH) and measures the CPU time
-(`time.process_time`) of `Simulator.run()` on one of bench_sim's scenarios, the best of `--repeats` runs in that
-process. Rounds alternate the order (A B, then B A, ...), so drift in the shared machine's load falls on both
+(`time.process_time`) of `Simulator.run()` on one of bench_sim's scenarios, or of an env's steps, the best of
+`--repeats` runs in that process. Rounds alternate the order (A B, then B A, ...), so drift in the shared machine's load falls on both
 sides alike; CPU time rather than wall time, so other processes on the cores count less. Both trees must
-simulate the same thing: the event counts must agree (a refactor or a budget check, not a physics change).
+simulate the same thing: the event counts (an env's steps and return) must agree (a refactor or a budget check,
+not a physics change).
 Prints per case the median CPU seconds of each side and the median of the per-round ratios B / A with its
 interquartile range.
 """
@@ -39,6 +43,31 @@ for _ in range(repeats):
     best = min(best, time.process_time() - t)
 print(json.dumps({"cpu_s": best, "events": sim.n_events}))
 """
+ENV_PROBE = """
+import json, sys, time
+import numpy as np
+case, repeats = json.loads(sys.argv[1]), int(sys.argv[2])
+if case == "env_decode":
+    from pdgym.envs.decode_routing import make_env
+    make = lambda: make_env(scenario="decode_tier_n16", overrides=["workload.num_requests=3000", "workload.rate=600"])
+elif case == "env_prefill":
+    from pdgym.envs.prefill_dispatch import make_env
+    make = lambda: make_env(overrides=["workload.num_requests=1500", "workload.rate=150"])
+else:
+    from pdgym.envs.phase_batching import make_env
+    make = lambda: make_env(overrides=["workload.num_requests=2000"])
+best = float("inf")
+for _ in range(repeats):
+    env, rng = make(), np.random.default_rng(0)
+    env.reset(seed=0)
+    t, steps, ret, done = time.process_time(), 0, 0.0, False
+    while not done:
+        _, r, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        steps, ret, done = steps + 1, ret + float(r), term or trunc
+    best = min(best, time.process_time() - t)
+print(json.dumps({"cpu_s": best, "events": [steps, round(ret, 9)]}))
+"""
+ENV_CASES = ("env_decode", "env_prefill", "env_batching")
 PACKAGES = ("agents", "baselines", "conf", "data", "envs")
 
 
@@ -51,9 +80,10 @@ def shim(tree: pathlib.Path, root: pathlib.Path) -> str:
     return str(root)
 
 
-def sample(path: str, cfg: dict, repeats: int) -> dict:
+def sample(path: str, cfg, repeats: int) -> dict:
     env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(cfg), str(repeats)], env=env, check=True,
+    probe = ENV_PROBE if isinstance(cfg, str) else PROBE
+    out = subprocess.run([sys.executable, "-c", probe, json.dumps(cfg), str(repeats)], env=env, check=True,
                          capture_output=True, text=True, cwd=path)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -77,8 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
         paths = [shim(pathlib.Path(t), pathlib.Path(tmp) / side) for t, side in ((args.tree_a, "a"),
                                                                                   (args.tree_b, "b"))]
         for case in args.cases.split(","):
-            cfg = json.loads(json.dumps(CASES[case]))
-            if args.requests:
+            cfg = case if case in ENV_CASES else json.loads(json.dumps(CASES[case]))
+            if args.requests and case not in ENV_CASES:
                 cfg["workload"]["num_requests"] = args.requests
             cpu = ([], [])
             for r in range(args.rounds):
