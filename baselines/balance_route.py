@@ -79,6 +79,16 @@ class Score:
 
     __slots__ = ("_m1", "alpha", "beta", "m", "peak", "w")
 
+    @classmethod
+    def flat(cls, margin: int, weights: np.ndarray, alpha: float, beta: float) -> Score:
+        """H = 1 from the Python int margin, no array built (`many` builds the one-entry margins when asked):
+        the same Score as `Score(np.array([margin], float), ...)`."""
+        s = cls.__new__(cls)
+        s.m, s.w, s.alpha, s.beta = None, weights, alpha, beta
+        s._m1 = float(margin)
+        s.peak = max(margin, 0)
+        return s
+
     def __init__(self, margins: np.ndarray, weights: np.ndarray, alpha: float, beta: float):
         self.m, self.w, self.alpha, self.beta = margins, weights, alpha, beta
         if margins.shape[0] == 1:
@@ -98,6 +108,8 @@ class Score:
         return self.alpha * min(x, m) - self.beta * max(x - m, 0.0)
 
     def many(self, xs: np.ndarray) -> np.ndarray:
+        if self.m is None:
+            self.m = np.array([self._m1])
         return f_score(xs, self.m, self.w, self.alpha, self.beta)
 
 
@@ -211,25 +223,37 @@ class _BalanceRoute(DecodeRouter):
         if not pool:
             return
         proj = self.projection(sim, inst)
-        lmax = proj.max(axis=0)
-        free = (d.batch_limit - d.batch).astype(np.int64)
-        room = d.kv_cap - d.kv
-        open_ = free > 0
-        total_free = int(free.sum())
+        # Per-worker state as Python numbers: a round makes a few picks over N = 16-64 workers, where a NumPy
+        # call costs more than the loop it replaces. H = 1 (BR-0) keeps the loads as a list too; H > 1 keeps the
+        # N x H projection in NumPy. The same integers and float operations as the array form, so the same picks.
+        flat = proj.shape[1] == 1
+        if flat:
+            pl = proj[:, 0].tolist()
+            lmax1 = max(pl)
+        else:
+            lmax = proj.max(axis=0)
+        n = len(proj)
+        free = (d.batch_limit - d.batch).tolist()
+        room = (d.kv_cap - d.kv).tolist()
+        open_ = [f > 0 for f in free]
+        n_open = sum(open_)
+        total_free = sum(free)
         alpha, beta, wts = self.alpha, self._beta(d), self.weights
         by_length = self.order == "length"
         if by_length:
             order = self._order
             order.sync(sim)
         prompt, done = sim.req.prompt, sim.req.done
+        loads_of = {}  # pool loads read this round (a pool entry's load does not change within a round)
         whole = None  # Stage 1's (ids, loads, alive) over the whole pool, in `order`
         stage1_until = self.stage1_free * d.dp * d.batch_limit
         K = self.window
         counts = self._counts
+        ninf = -np.inf
 
         def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
             """Admit (id, load) pairs to worker w; which were admitted."""
-            nonlocal total_free
+            nonlocal total_free, n_open, lmax1
             delta = 0
             taken = []
             for rid, load in items:
@@ -240,24 +264,50 @@ class _BalanceRoute(DecodeRouter):
                     delta += load
                     free[w] -= 1
                     total_free -= 1
-            if delta:
-                over = delta - int(lmax[0] - proj[w, 0])
-                counts[0] += 1
-                if over > 0:
-                    counts[1] += 1
-                    counts[2] += over
+            if flat:
+                if delta:
+                    over = delta - (lmax1 - pl[w])
+                    counts[0] += 1
+                    if over > 0:
+                        counts[1] += 1
+                        counts[2] += over
+                    pl[w] += delta
+                    if pl[w] > lmax1:
+                        lmax1 = pl[w]
+            else:
+                if delta:
+                    over = delta - int(lmax[0] - proj[w, 0])
+                    counts[0] += 1
+                    if over > 0:
+                        counts[1] += 1
+                        counts[2] += over
+                proj[w] += delta
+                np.maximum(lmax, proj[w], out=lmax)
             room[w] -= delta
-            proj[w] += delta
-            np.maximum(lmax, proj[w], out=lmax)
             if free[w] <= 0:
                 open_[w] = False
+                n_open -= 1
             return taken
 
-        while pool and open_.any():
-            margins = lmax - proj
-            lowest = margins[:, 0] if margins.shape[1] == 1 else margins.min(axis=1)
-            w = int(np.argmax(np.where(open_, free * 1e12 + lowest, -np.inf)))
-            score = Score(margins[w].astype(np.float64), wts, alpha, beta)
+        while pool and n_open:
+            # the open worker keyed highest by free * 1e12 + lowest margin (first among equals)
+            best, w = ninf, -1
+            if flat:
+                for i in range(n):
+                    if open_[i]:
+                        key = free[i] * 1e12 + (lmax1 - pl[i])
+                        if key > best:
+                            best, w = key, i
+                score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
+            else:
+                margins = lmax - proj
+                lowest = margins.min(axis=1).tolist()
+                for i in range(n):
+                    if open_[i]:
+                        key = free[i] * 1e12 + lowest[i]
+                        if key > best:
+                            best, w = key, i
+                score = Score(margins[w].astype(np.float64), wts, alpha, beta)
             if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
                 if whole is None:
                     rids, loads = pool_arrays(sim)
@@ -269,6 +319,7 @@ class _BalanceRoute(DecodeRouter):
                 cand = np.flatnonzero(alive & (loads <= room[w]))
                 if not len(cand):
                     open_[w] = False
+                    n_open -= 1
                     continue
                 p = int(cand[int(np.argmax(score.many(loads[cand])))])
                 if take(w, [(int(rids[p]), int(loads[p]))])[0]:
@@ -278,13 +329,19 @@ class _BalanceRoute(DecodeRouter):
                 entries = order.head(sim, K)
                 win = [(e[2], -e[0]) for e in entries]
             else:
-                win = [(rid, int(prompt[rid] + done[rid])) for rid in islice(pool, K)]
+                win = []
+                for rid in islice(pool, K):
+                    load = loads_of.get(rid)
+                    if load is None:
+                        load = loads_of[rid] = int(prompt[rid] + done[rid])
+                    win.append((rid, load))
             sizes = [load for _, load in win]
-            chosen, best = best_subset(sizes, int(free[w]), int(room[w]), score)
+            chosen, best = best_subset(sizes, free[w], room[w], score)
             if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
-                chosen, _ = best_subset(sizes, 1, int(room[w]), score)
+                chosen, _ = best_subset(sizes, 1, room[w], score)
             if not chosen:
                 open_[w] = False  # nothing in the window fits this worker's KV
+                n_open -= 1
                 continue
             taken = take(w, [win[i] for i in chosen])
             if by_length:
