@@ -129,8 +129,14 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
         return [], -np.inf
     peak = score.peak
     if c == 1:  # one free slot: the best single item, by the same concavity argument
-        lo = max((s for s in sizes if s <= peak and s <= cap), default=None)
-        hi = min((s for s in sizes if peak < s <= cap), default=None)
+        lo = hi = None  # the largest size <= peak and the smallest > peak, both <= cap
+        for s in sizes:
+            if s <= cap:
+                if s <= peak:
+                    if lo is None or s > lo:
+                        lo = s
+                elif hi is None or s < hi:
+                    hi = s
         cands = [x for x in (lo, hi) if x is not None]
         if not cands:
             return [], -np.inf
@@ -232,11 +238,9 @@ class _BalanceRoute(DecodeRouter):
             lmax1 = max(pl)
         else:
             lmax = proj.max(axis=0)
-        n = len(proj)
         free = (d.batch_limit - d.batch).tolist()
         room = (d.kv_cap - d.kv).tolist()
-        open_ = [f > 0 for f in free]
-        n_open = sum(open_)
+        opens = [i for i, f in enumerate(free) if f > 0]  # workers with a free slot still taking, in index order
         total_free = sum(free)
         alpha, beta, wts = self.alpha, self._beta(d), self.weights
         by_length = self.order == "length"
@@ -253,7 +257,7 @@ class _BalanceRoute(DecodeRouter):
 
         def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
             """Admit (id, load) pairs to worker w; which were admitted."""
-            nonlocal total_free, n_open, lmax1
+            nonlocal total_free, lmax1
             delta = 0
             taken = []
             for rid, load in items:
@@ -285,28 +289,25 @@ class _BalanceRoute(DecodeRouter):
                 np.maximum(lmax, proj[w], out=lmax)
             room[w] -= delta
             if free[w] <= 0:
-                open_[w] = False
-                n_open -= 1
+                opens.remove(w)
             return taken
 
-        while pool and n_open:
+        while pool and opens:
             # the open worker keyed highest by free * 1e12 + lowest margin (first among equals)
             best, w = ninf, -1
             if flat:
-                for i in range(n):
-                    if open_[i]:
-                        key = free[i] * 1e12 + (lmax1 - pl[i])
-                        if key > best:
-                            best, w = key, i
+                for i in opens:
+                    key = free[i] * 1e12 + (lmax1 - pl[i])
+                    if key > best:
+                        best, w = key, i
                 score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
                 margins = lmax - proj
                 lowest = margins.min(axis=1).tolist()
-                for i in range(n):
-                    if open_[i]:
-                        key = free[i] * 1e12 + lowest[i]
-                        if key > best:
-                            best, w = key, i
+                for i in opens:
+                    key = free[i] * 1e12 + lowest[i]
+                    if key > best:
+                        best, w = key, i
                 score = Score(margins[w].astype(np.float64), wts, alpha, beta)
             if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
                 if whole is None:
@@ -318,8 +319,7 @@ class _BalanceRoute(DecodeRouter):
                 rids, loads, alive = whole
                 cand = np.flatnonzero(alive & (loads <= room[w]))
                 if not len(cand):
-                    open_[w] = False
-                    n_open -= 1
+                    opens.remove(w)
                     continue
                 p = int(cand[int(np.argmax(score.many(loads[cand])))])
                 if take(w, [(int(rids[p]), int(loads[p]))])[0]:
@@ -340,8 +340,7 @@ class _BalanceRoute(DecodeRouter):
             if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
                 chosen, _ = best_subset(sizes, 1, room[w], score)
             if not chosen:
-                open_[w] = False  # nothing in the window fits this worker's KV
-                n_open -= 1
+                opens.remove(w)  # nothing in the window fits this worker's KV
                 continue
             taken = take(w, [win[i] for i in chosen])
             if by_length:
