@@ -187,6 +187,8 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
 class _BalanceRoute(DecodeRouter):
     """Stage 1 / Stage 2 admission against an N x H projection of worker loads (see module doc)."""
 
+    flat_state = True  # H = 1 keeps the loads as Python ints (False: the N x H array path, the same decisions)
+
     def __init__(self, stage1_free: float = 0.25, window: int = 12, order: str = "arrival"):
         self.stage1_free = check_float(stage1_free, "policy.decode.stage1_free", 0, 1)
         self.window = check_int(window, "policy.decode.window", 1)
@@ -232,7 +234,7 @@ class _BalanceRoute(DecodeRouter):
         # Per-worker state as Python numbers: a round makes a few picks over N = 16-64 workers, where a NumPy
         # call costs more than the loop it replaces. H = 1 (BR-0) keeps the loads as a list too; H > 1 keeps the
         # N x H projection in NumPy. The same integers and float operations as the array form, so the same picks.
-        flat = proj.shape[1] == 1
+        flat = proj.shape[1] == 1 and self.flat_state
         if flat:
             pl = proj[:, 0].tolist()
             lmax1 = max(pl)

@@ -80,6 +80,21 @@ def test_horizon_router_with_h1_makes_br0s_decisions():
     assert a[["worker", "finish"]].equals(b[["worker", "finish"]])
 
 
+@pytest.mark.parametrize("order", ["arrival", "length"])
+def test_br0_python_state_makes_the_array_paths_decisions(order):
+    """BR-0's round on Python ints (the worker pick, the H = 1 score, the loads) against the N x H array path
+    with H = 1: the same admissions, request for request, and the same overflow counts."""
+    cfg = tier(rate=400.0, num=300)
+    runs = []
+    for flat in (True, False):
+        pol = make_policy("decode", {"name": "br0", "order": order})
+        pol.flat_state = flat
+        runs.append((simulate(cfg, {"decode": pol}, seed=5).requests, pol.stats))
+    (a, sa), (b, sb) = runs
+    assert a[["worker", "finish"]].equals(b[["worker", "finish"]]) and sa == sb
+    assert sa["picks"] > 0
+
+
 # --------------------------------------------------------------------------- invariants
 class CapacityCheck(Observer):
     """Checks every worker's slots and KV after each step boundary's admissions (step start) and each step."""
