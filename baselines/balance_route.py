@@ -96,10 +96,17 @@ class Score:
             self.peak = max(int(margins[0]), 0)
             return
         self._m1 = None
-        o = np.argsort(margins, kind="stable")
-        passed = np.cumsum(weights[o])
-        slope = alpha * (passed[-1] - passed) - beta * passed  # slope just past each sorted breakpoint
-        self.peak = max(int(margins[o[int(np.argmax(slope <= 0))]]), 0)
+        # on Python floats (H = 16-64 entries: cheaper than NumPy's calls), the operations of
+        # o = argsort(m, stable); passed = cumsum(w[o]); slope = alpha (passed[-1] - passed) - beta passed;
+        # peak = m[o[argmax(slope <= 0)]] (index 0 when none is), the cumulative sum added in the same order
+        m, wl = margins.tolist(), weights.tolist()
+        o = sorted(range(len(m)), key=m.__getitem__)
+        passed, acc = [], 0.0
+        for i in o:
+            acc += wl[i]
+            passed.append(acc)
+        first = next((j for j, p in enumerate(passed) if alpha * (acc - p) - beta * p <= 0), 0)
+        self.peak = max(int(m[o[first]]), 0)  # the slope just past each sorted breakpoint turns non-positive
 
     def __call__(self, x: int) -> float:
         m = self._m1

@@ -95,6 +95,24 @@ def test_br0_python_state_makes_the_array_paths_decisions(order):
     assert sa["picks"] > 0
 
 
+def test_score_peak_is_the_sorted_slope_sign_change():
+    """Score's peak (Python floats) against the NumPy formula: stable argsort of the margins, cumulative
+    weights, the first sorted breakpoint past which the slope is not positive; random margins with ties,
+    discounted and reweighted first steps."""
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        h = int(rng.integers(2, 64))
+        m = rng.integers(-50, 400, h).astype(np.float64)
+        m[rng.integers(0, h, h // 3)] = m[0]  # ties
+        w = rng.uniform(0.5, 1.0) ** np.arange(h)
+        w[0] = rng.uniform(0.1, 5.0) if rng.random() < 0.5 else 1.0
+        alpha, beta = rng.uniform(0.2, 2.0), rng.uniform(0.0, 40.0)
+        o = np.argsort(m, kind="stable")
+        passed = np.cumsum(w[o])
+        slope = alpha * (passed[-1] - passed) - beta * passed
+        assert Score(m, w, alpha, beta).peak == max(int(m[o[int(np.argmax(slope <= 0))]]), 0)
+
+
 # --------------------------------------------------------------------------- invariants
 class CapacityCheck(Observer):
     """Checks every worker's slots and KV after each step boundary's admissions (step start) and each step."""
