@@ -110,8 +110,9 @@ class Score:
 
     def __call__(self, x: int) -> float:
         m = self._m1
-        if m is None:
-            return float(f_score(x, self.m, self.w, self.alpha, self.beta))
+        if m is None:  # f_score's operations on one Python float: the same H-entry vectors and dot
+            d, mm = float(x), self.m
+            return float((self.alpha * np.minimum(d, mm) - self.beta * np.maximum(d - mm, 0.0)) @ self.w)
         return self.alpha * min(x, m) - self.beta * max(x - m, 0.0)
 
     def many(self, xs: np.ndarray) -> np.ndarray:
