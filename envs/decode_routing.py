@@ -34,7 +34,7 @@ REWARDS = ("idle", "throughput", "imbalance")
 class _Obs(DecodeObs):
     """DecodeObs plus what this formulation's features read (`RouterCore.observe`)."""
 
-    __slots__ = ("i", "batch", "margin", "kv_sum", "free_sum", "ones")
+    __slots__ = ("i", "batch", "margin", "free_sum", "ones")
 
 
 def _rest_mean(o: _Obs) -> float:
@@ -189,9 +189,10 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
             return False
         self.inst = inst
         d = sim.decode[inst]
-        free = d.batch < d.batch_limit
-        if free.any():
-            room = int((d.kv_cap - d.kv)[free].max())
+        lim = d.batch_limit  # the largest KV room of a worker with a free slot, on Python ints (a few workers)
+        rooms = [c - k for b, k, c in zip(d.batch.tolist(), d.kv.tolist(), d.kv_cap.tolist()) if b < lim]
+        if rooms:
+            room = max(rooms)
             loads, n, pos = self._loads, len(self._loads), self._pos
             if pos < n and loads[pos] > room:  # requests that fit no worker now stay pooled for a later step
                 if self._neg is not None:
@@ -216,7 +217,7 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         d = sim.decode[self.inst]
         m = np.zeros(self.n_actions, dtype=bool)
         m[:d.dp] = feasible(d, self.head_load)
-        m[self.end:] = bool(d.batch.any())
+        m[self.end:] = any(d.batch.tolist())  # = bool(d.batch.any()), without a NumPy reduction
         return m
 
     def act(self, sim, action: int) -> None:
@@ -245,9 +246,8 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         o.batch = o.d.batch / o.B
         o.margin = (o.lmax - kv) / o.S
         o.i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
-        # sums of integer token and slot counts on Python ints (exact, so the same floats as NumPy's float64 sums,
-        # at a fraction of a NumPy call's cost); the row columns all float64 (one conversion in Layout.build)
-        o.kv_sum = float(sum(o.d.kv.tolist()))
+        # the free slots summed on Python ints as DecodeObs.fill sums the KV (exact: the same float); the row
+        # columns all float64 (one conversion in Layout.build)
         o.free_sum = float(o.n * o.B - sum(o.d.batch.tolist()))
         if len(self._ones) != o.n:
             self._ones = np.ones(o.n)
