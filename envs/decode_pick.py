@@ -88,7 +88,7 @@ class DecodeObs:
     """What the features of one decode observation read, computed once: the deciding core, the instance and its
     workers' KV. Both decode formulations fill it (`Picker.observe`, decode_routing's router, which adds fields)."""
 
-    __slots__ = ("core", "sim", "d", "n", "B", "ts", "S", "kv", "lmax", "mask")
+    __slots__ = ("core", "sim", "d", "n", "B", "ts", "S", "kv", "lmax", "kv_sum", "mask")
 
     def fill(self, core, sim, mask: np.ndarray) -> DecodeObs:
         self.core, self.sim, self.mask = core, sim, mask
@@ -96,7 +96,10 @@ class DecodeObs:
         self.n, self.B, self.ts = d.dp, d.batch_limit, core.token_scale
         self.S = self.B * self.ts
         self.kv = d.kv.astype(np.float64)
-        self.lmax = float(self.kv.max())
+        # max and sum of the integer KV counts on Python ints: exact, so the same floats as NumPy's float64 max and
+        # sum (token counts stay far below 2**53), at a fraction of two NumPy calls' cost (they run at every step)
+        kv = d.kv.tolist()
+        self.lmax, self.kv_sum = float(max(kv)), float(sum(kv))
         return self
 
 
@@ -110,7 +113,7 @@ GLOBAL = (
     Feature("w_free", lambda o: float(o.B - o.d.batch[o.core.w]) / o.B, 0, 1, "the named worker's free slots / B"),
     Feature("w_margin", lambda o: (o.lmax - o.kv[o.core.w]) / o.S, 0, 8, "its safe margin (L_max - L_w) / S"),
     Feature("l_max", lambda o: o.lmax / o.S, 0, 8, "L_max / S"),
-    Feature("l_mean", lambda o: float(o.kv.mean()) / o.S, 0, 8, "mean L_w / S"),
+    Feature("l_mean", lambda o: o.kv_sum / o.n / o.S, 0, 8, "mean L_w / S"),  # = kv.mean(), the same bits
     Feature("free_slots", lambda o: float((o.B - o.d.batch).sum()) / (o.n * o.B), 0, 1,
             "free-slot fraction of the instance"),
     Feature("took", lambda o: o.core.took / o.B, 0, 8, "requests the named worker took in this turn / B"),

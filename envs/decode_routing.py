@@ -34,7 +34,7 @@ REWARDS = ("idle", "throughput", "imbalance")
 class _Obs(DecodeObs):
     """DecodeObs plus what this formulation's features read (`RouterCore.observe`)."""
 
-    __slots__ = ("i", "batch", "margin")
+    __slots__ = ("i", "batch", "margin", "free_sum", "ones")
 
 
 def _rest_mean(o: _Obs) -> float:
@@ -69,15 +69,15 @@ GLOBAL = (
     Feature("head_wait", lambda o: o.sim.now - float(o.sim.req.first_token[o.core.head]), 0, 8,
             "head wait since its first token (s)"),
     Feature("l_max", lambda o: o.lmax / o.S, 0, 8, "L_max / S"),
-    Feature("l_mean", lambda o: float(o.kv.sum()) / o.n / o.S, 0, 8, "mean L_w / S"),  # = kv.mean(), the same bits
-    Feature("free_slots", lambda o: float((o.B - o.d.batch).sum()) / (o.n * o.B), 0, 1,
+    Feature("l_mean", lambda o: o.kv_sum / o.n / o.S, 0, 8, "mean L_w / S"),  # = kv.mean(), the same bits
+    Feature("free_slots", lambda o: o.free_sum / (o.n * o.B), 0, 1,
             "free-slot fraction of the instance"),
     Feature("admitted", lambda o: o.core.n_admitted / o.B, 0, 8, "admissions this boundary / B"),
     Feature("workers", lambda o: o.n / o.core.max_workers, 0, 1, "N / max_workers"),
     Feature("end_allowed", lambda o: float(o.mask[o.core.end]), 0, 1, "END / SKIP allowed"),
 )
 ROW = (
-    Feature("present", lambda o: [1.0] * o.n, 0, 1, "worker w present (0 on padding rows)"),
+    Feature("present", lambda o: o.ones, 0, 1, "worker w present (0 on padding rows)"),
     Feature("load", lambda o: o.kv / o.S, 0, 8, "L_w / S"),
     Feature("batch", lambda o: o.batch, 0, 1, "batch / B"),
     Feature("free", lambda o: 1.0 - o.batch, 0, 1, "free slots / B"),
@@ -152,6 +152,7 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         self.bind_size(max(d.dp for d in sim.decode))
         if self.projector is not None:
             self.projector.reset(sim)
+        self._ones = np.ones(0)  # the "present" column (read-only use)
         self.bounds = Boundaries(self.open_boundary)  # the boundary whose candidate order is kept; closed ones
         self.head: int | None = None
         self.inst = 0
@@ -188,9 +189,10 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
             return False
         self.inst = inst
         d = sim.decode[inst]
-        free = d.batch < d.batch_limit
-        if free.any():
-            room = int((d.kv_cap - d.kv)[free].max())
+        lim = d.batch_limit  # the largest KV room of a worker with a free slot, on Python ints (a few workers)
+        rooms = [c - k for b, k, c in zip(d.batch.tolist(), d.kv.tolist(), d.kv_cap.tolist()) if b < lim]
+        if rooms:
+            room = max(rooms)
             loads, n, pos = self._loads, len(self._loads), self._pos
             if pos < n and loads[pos] > room:  # requests that fit no worker now stay pooled for a later step
                 if self._neg is not None:
@@ -215,7 +217,7 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         d = sim.decode[self.inst]
         m = np.zeros(self.n_actions, dtype=bool)
         m[:d.dp] = feasible(d, self.head_load)
-        m[self.end:] = bool(d.batch.any())
+        m[self.end:] = any(d.batch.tolist())  # = bool(d.batch.any()), without a NumPy reduction
         return m
 
     def act(self, sim, action: int) -> None:
@@ -244,6 +246,12 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         o.batch = o.d.batch / o.B
         o.margin = (o.lmax - kv) / o.S
         o.i = self._pos - 1  # the head's position: the summary covers the head and the requests after it
+        # the free slots summed on Python ints as DecodeObs.fill sums the KV (exact: the same float); the row
+        # columns all float64 (one conversion in Layout.build)
+        o.free_sum = float(o.n * o.B - sum(o.d.batch.tolist()))
+        if len(self._ones) != o.n:
+            self._ones = np.ones(o.n)
+        o.ones = self._ones
         return self.layout.build(o, o.n)
 
 

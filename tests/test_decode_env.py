@@ -184,3 +184,30 @@ def test_maskable_ppo_trains_a_few_steps():
     obs, _ = env.reset(seed=0)
     a, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
     assert env.action_masks()[int(a)]
+
+
+def test_instance_summary_features_equal_numpy_float64_formulas():
+    """The observation's KV and slot summaries (computed on Python ints for speed) equal NumPy's float64 reductions
+    of the instance's state, cast to float32, bit for bit, along an episode of random valid actions."""
+    env = make_env(scenario="decode_tier_n8", overrides=["workload.num_requests=200", "workload.rate=600",
+                                                          "cluster.decode.batch_limit=8"], max_workers=12)
+    rng = np.random.default_rng(3)
+    obs, _ = env.reset(seed=2)
+    names = env.core.layout.names
+    at = {n: names.index(n) for n in ("l_max", "l_mean", "free_slots")}
+    checked = 0
+    while True:
+        if env.core.head is not None:
+            d, ts = env.sim.decode[env.core.inst], env.core.token_scale
+            kv, S = d.kv.astype(np.float64), d.batch_limit * ts
+            want = {"l_max": float(kv.max()) / S, "l_mean": float(kv.mean()) / S,
+                    "free_slots": float((d.batch_limit - d.batch).sum()) / (d.dp * d.batch_limit)}
+            for name, i in at.items():
+                assert obs[i] == np.float32(min(max(want[name], 0.0), 8.0)), name
+            rows = obs[N_GLOBAL:].reshape(12, N_WORKER)
+            assert np.array_equal(rows[:d.dp, 0], np.ones(d.dp)) and not rows[d.dp:].any()
+            checked += 1
+        obs, _r, term, trunc, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        if term or trunc:
+            break
+    assert checked > 100
