@@ -21,17 +21,48 @@ from pdgym.envs.sim.validation import check_float
 from .registry import make_policy, register
 
 
+class ArrivalGate(PrefillScheduler):
+    """Admission in front of the prefill dispatcher `base`: a fresh arrival (not a bounced or preempted request)
+    that `rejects` names is rejected at once (reason `slo`, a miss); every other request and every other hook
+    goes to `base` as if nothing stood in front. Conductor's estimate and the hindsight row's reject set are
+    two answers to `rejects`."""
+
+    def __init__(self, base: PrefillScheduler):
+        self.base = base
+
+    def rejects(self, sim, rid: int) -> bool:
+        raise NotImplementedError
+
+    def reset(self, sim) -> None:
+        self.base.reset(sim)
+
+    def on_arrival(self, sim, rid: int) -> None:
+        if sim.req.done[rid] == 0 and not sim.req.preemptions[rid] and self.rejects(sim, rid):
+            sim.reject(rid, "slo")
+            return
+        self.base.on_arrival(sim, rid)
+
+    def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
+        self.base.on_end_forward(sim, inst, fwd_time)
+
+    def on_timer(self, sim, tag: object) -> None:
+        self.base.on_timer(sim, tag)
+
+    def on_topology_change(self, sim) -> None:
+        self.base.on_topology_change(sim)
+
+
 @register("prefill", "conductor")
-class ConductorAdmission(PrefillScheduler):
+class ConductorAdmission(ArrivalGate):
     """Reject at arrival what no instance can serve within its TTFT SLO; dispatch the rest with `base`."""
 
     def __init__(self, base: str | dict[str, Any] = "least_tokens", slack: float = 1.0):
-        self.base = make_policy("prefill", base)
+        super().__init__(make_policy("prefill", base))
         self.slack = check_float(slack, "policy.prefill.slack", 0.0, lo_open=True)  # reject above slack x the SLO
 
     def reset(self, sim) -> None:
         self.s_tok = seconds_per_prefill_token(sim)
-        self.base.reset(sim)
+        super().reset(sim)
 
     def estimate(self, sim, rid: int) -> float:
         """The smallest estimated TTFT of `rid` over the healthy instances (module docstring)."""
@@ -53,19 +84,5 @@ class ConductorAdmission(PrefillScheduler):
         buffered = sum(int(req.work[r]) for r in sim.buffer if r != rid) // max(units, 1)
         return (min(ahead) + buffered + own) * self.s_tok + sim.cfg.cluster.net_latency_s
 
-    def on_arrival(self, sim, rid: int) -> None:
-        if sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:  # new arrivals only, not bounced / preempted
-            slo = float(sim.classes.ttft_s[sim.req.cls[rid]])
-            if self.estimate(sim, rid) > self.slack * slo:
-                sim.reject(rid, "slo")
-                return
-        self.base.on_arrival(sim, rid)
-
-    def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
-        self.base.on_end_forward(sim, inst, fwd_time)
-
-    def on_timer(self, sim, tag: object) -> None:
-        self.base.on_timer(sim, tag)
-
-    def on_topology_change(self, sim) -> None:
-        self.base.on_topology_change(sim)
+    def rejects(self, sim, rid: int) -> bool:
+        return self.estimate(sim, rid) > self.slack * float(sim.classes.ttft_s[sim.req.cls[rid]])

@@ -30,6 +30,7 @@ from pdgym.envs.sim.slo import attainment
 from pdgym.envs.sim.validation import check, check_float
 
 from .registry import make_policy, register
+from .slo_admission import ArrivalGate
 
 
 def missed(result) -> np.ndarray:
@@ -41,32 +42,18 @@ def missed(result) -> np.ndarray:
     return np.flatnonzero(~(ttft_ok & tpot_ok))
 
 
-class Rejecting(PrefillScheduler):
+class Rejecting(ArrivalGate):
     """`base`, with the requests of `reject_set` rejected at arrival (new arrivals only, not bounced or
     preempted ones): a replay's prefill policy, and the real run's once the set is known."""
 
     name = "slo_hindsight_replay"
 
     def __init__(self, base: PrefillScheduler, reject: frozenset[int] = frozenset()):
-        self.base, self.reject_set = base, reject
+        super().__init__(base)
+        self.reject_set = reject
 
-    def reset(self, sim) -> None:
-        self.base.reset(sim)
-
-    def on_arrival(self, sim, rid: int) -> None:
-        if rid in self.reject_set and sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:
-            sim.reject(rid, "slo")
-            return
-        self.base.on_arrival(sim, rid)
-
-    def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
-        self.base.on_end_forward(sim, inst, fwd_time)
-
-    def on_timer(self, sim, tag: object) -> None:
-        self.base.on_timer(sim, tag)
-
-    def on_topology_change(self, sim) -> None:
-        self.base.on_topology_change(sim)
+    def rejects(self, sim, rid: int) -> bool:
+        return rid in self.reject_set
 
 
 @register("prefill", "slo_hindsight")

@@ -23,23 +23,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench import cartpole_steps_per_s
 from bench.report import history_row, render_table, write_doc
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cartpole_steps_per_s(n: int = 50_000) -> float:
-    """Raw Gymnasium CartPole-v1 steps per second: the machine's speed reference."""
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        _, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            env.reset()
-    return n / (time.perf_counter() - t0)
 
 
 def machine() -> str:

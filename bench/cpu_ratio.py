@@ -14,23 +14,15 @@ import copy
 import sys
 import time
 
+from bench import cartpole_steps_per_s
 from bench.bench_sim import COLOC, DISAGG
 
 SCENARIOS = {"coloc": COLOC, "disagg": DISAGG}
 
 
-def cartpole_cpu_rate(n: int = 50_000) -> float:
+def cartpole_cpu_rate() -> float:
     """Raw CartPole-v1 steps per CPU second."""
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    t0 = time.process_time()
-    for _ in range(n):
-        _, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            env.reset()
-    return n / (time.process_time() - t0)
+    return cartpole_steps_per_s(clock=time.process_time)
 
 
 def main(argv: list[str]) -> None:
