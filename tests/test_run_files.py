@@ -74,7 +74,7 @@ def test_size_bound_is_checked_before_reading(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("data, words", [
-    (gzip.compress(b"phase,tokens,time_s\n"), "gzip-compressed"),
+    (gzip.compress(b"phase,tokens,time_s\n", mtime=0), "gzip-compressed"),
     (b"phase,tokens,time_s\nprefill,1,\xff\n", "not UTF-8"),
     ("phase,tokens\n".encode("utf-16"), "not UTF-8"),
 ])
@@ -151,7 +151,7 @@ BROKEN = [
     ("wrong_type", json.dumps(dict(META, env_kwargs=[1])).encode(), None, "no valid 'env_kwargs'"),
     ("bad_point", json.dumps(dict(META, point="nowhere")).encode(), None, "decision point 'nowhere'"),
     ("not_utf8", b"\xff\xfe{}", None, "not UTF-8"),
-    ("gzip", gzip.compress(GOOD), None, "gzip-compressed"),
+    ("gzip", gzip.compress(GOOD, mtime=0), None, "gzip-compressed"),
     ("folder", None, "mkdir", "a folder"),
     ("device", None, "/dev/zero", "a device"),
     ("checkpoint_x1", GOOD, "x1", "no best_model.zip"),
@@ -208,7 +208,7 @@ COST = [
     ("inf", b"phase,tokens,time_s\nprefill,100,inf\ndecode,1,0.01\n", "not a finite number"),
     ("nan", b"phase,tokens,time_s\nprefill,100,0.1\ndecode,nan,0.01\n", "not a finite number"),
     ("latin1", "phase,tokens,time_s\nprefill,100,0.1\ndecode,1,0.01 µs\n".encode("latin-1"), "not UTF-8"),
-    ("gzip", gzip.compress(b"phase,tokens,time_s\nprefill,100,0.1\ndecode,1,0.01\n"), "gzip-compressed"),
+    ("gzip", gzip.compress(b"phase,tokens,time_s\nprefill,100,0.1\ndecode,1,0.01\n", mtime=0), "gzip-compressed"),
     ("device", None, "a device"),
     ("folder", "mkdir", "a folder"),
 ]
