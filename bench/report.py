@@ -83,6 +83,14 @@ ROWS = [
     *[(f"Scale: x {k}, us per event", f"scale.k{k}_us_per_event", "abs", "", None) for k in (1, 256)],
     ("Scale: 1,024 instances, per-request cost / 4 instances'", "scale.k256_cost_vs_k1", "abs", "<= 1.5",
      lambda v: v <= 1.5),
+    *[(f"Scale: x {k}, decode tokens per decode step (batch)", f"scale.k{k}_tokens_per_decode_step", "abs", "", None)
+      for k in (1, 256)],
+    *[(f"Scale, steady (requests x {k} too): us per request", f"scale.steady_k{k}_us_per_request", "abs", "", None)
+      for k in (1, 256)],
+    *[(f"Scale, steady: x {k}, events per request", f"scale.steady_k{k}_events_per_request", "abs", "", None)
+      for k in (1, 256)],
+    ("Scale, steady: 1,024 instances, per-request cost / 4 instances'", "scale.steady_k256_cost_vs_k1", "abs",
+     "<= 1.5", lambda v: v <= 1.5),
 ]
 
 
