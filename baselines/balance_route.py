@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
+from pdgym.envs.sim.requests import DECODE
 from pdgym.envs.sim.validation import check_float, check_int
 
 from .predictors import expected_steps, make_predictor
@@ -398,14 +399,41 @@ class BRH(_BalanceRoute):
         n = sim.req.n
         self._tau = np.zeros(n)  # tau_hat at the last refresh
         self._t_ref = np.full(n, -1, dtype=np.int64)  # decode step of the last refresh, -1 = none yet
+        self._live: dict[int, tuple] = {}  # instance -> (pool object, its active ids at its last projection)
+        self._new: dict[int, list[int]] = {}  # instance -> ids this router admitted there since
 
     def admitted(self, sim, rid):
         self._t_ref[rid] = -1
+        self._new.setdefault(int(sim.req.decode_inst[rid]), []).append(rid)
+
+    def active(self, sim, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`active_arrays` kept across rounds: the ids active at this instance's last projection that still decode
+        there, plus those this router admitted there since (the only other way in). Rebuilt from the instance's
+        sets when the count disagrees with its batch (an admission not seen, a planning copy's pool) or the pool
+        object changed. The order differs from active_arrays'; the projection does not depend on it (integer
+        loads summed exactly, per-request predictions)."""
+        d = sim.decode[inst]
+        req = sim.req
+        new = self._new.pop(inst, None)
+        last = self._live.get(inst)
+        rids = None
+        if last is not None and last[0] is sim.pool:
+            rids = last[1]
+            if new:
+                rids = np.concatenate((rids, np.array(new, dtype=np.int64)))
+            rids = rids[(req.state[rids] == DECODE) & (req.decode_inst[rids] == inst)]
+            if len(rids) != int(d.batch.sum()):
+                rids = None
+        if rids is None:
+            rids = active_arrays(sim, inst)[0]
+        self._live[inst] = (sim.pool, rids)
+        age = req.done_at_admit[rids] + (d.steps - req.admit_step[rids])
+        return rids, req.worker[rids].astype(np.int64), age
 
     def projection(self, sim, inst):
         d = sim.decode[inst]
         H = self.horizon
-        rids, workers, age = active_arrays(sim, inst)
+        rids, workers, age = self.active(sim, inst)
         t = d.steps
         t_ref = self._t_ref[rids]
         since = t - t_ref
@@ -419,7 +447,7 @@ class BRH(_BalanceRoute):
             self._tau[rids[due]] = fresh
             self._t_ref[rids[due]] = t
             tau[due] = fresh
-        k = np.clip(tau.astype(np.int64), 1, H)  # present at h = 1 .. k
+        k = np.minimum(np.maximum(tau.astype(np.int64), 1), H)  # present at h = 1 .. k (np.clip: the same, slower)
         load = sim.req.prompt[rids] + age
         idx = workers * H + (k - 1)
         cnt = np.bincount(idx, minlength=d.dp * H).reshape(d.dp, H)

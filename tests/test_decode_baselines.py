@@ -342,3 +342,32 @@ def test_the_oracle_lookahead_overfills_today_and_a_heavier_first_step_restrains
     assert per_pick["first"] < 0.5 * per_pick["oracle"]
     with pytest.raises(ConfigError, match="policy.decode.first_weight"):
         make_policy("decode", {"name": "brh", "first_weight": 0})
+
+
+@pytest.mark.parametrize("kv_policy", ["preempt", "reject"])
+def test_brh_active_set_kept_across_rounds_is_the_instances_own(kv_policy):
+    """BRH.active keeps each instance's active ids between rounds (still decoding there, plus its own admissions);
+    at every round it holds exactly the instance's active requests, with their workers and ages, under
+    preemptions (tight KV) and two decode instances. Counted: rounds that took the kept set, not a rebuild."""
+    kept = []
+
+    class Probe(BRH):
+        def active(self, sim, inst):
+            last = self._live.get(inst)
+            rids, workers, age = super().active(sim, inst)
+            want_r, want_w, want_a = active_arrays(sim, inst)
+            o, p = np.argsort(rids), np.argsort(want_r)
+            np.testing.assert_array_equal(rids[o], want_r[p])
+            np.testing.assert_array_equal(workers[o], want_w[p])
+            np.testing.assert_array_equal(age[o], want_a[p])
+            kept.append(last is not None and last[1] is not rids)
+            return rids, workers, age
+
+    cfg = tier(n=3, limit=6, kv=4500, rate=300.0, num=300, out_mean=200)
+    cfg["cluster"]["decode"]["count"] = 2
+    cfg["cluster"]["kv_policy"] = kv_policy
+    sim = Simulator(cfg, {"decode": Probe(horizon=8, predictor="oracle")}, 1)
+    assert sim.run() and not sim.stalled
+    assert sum(kept) > 50
+    if kv_policy == "preempt":
+        assert sim.req.preemptions.sum() > 0
