@@ -15,8 +15,8 @@ cluster), so every instance sees the same traffic for the same simulated time, a
 does: there the per-request cost measures the engine's bookkeeping alone. Both variants report the decode
 tokens per decode step (the batch a step serves), the physical quantity the two regimes differ in.
 
-    .venv/bin/python -m bench bench_scale             # 19,366 requests (the trace), best of 2 per k; steady 1,000 k
-    PDGYM_BENCH_QUICK=1 .venv/bin/python -m bench bench_scale      # 4,000 requests, steady 250 k, one run per k
+    .venv/bin/python -m bench bench_scale             # 19,366 requests (the trace), best of 2 per k; steady 2,000 k
+    PDGYM_BENCH_QUICK=1 .venv/bin/python -m bench bench_scale      # 4,000 requests, steady 1,000 k, one run per k
     .venv/bin/python bench/bench_scale.py [--quick] [--engine numba]  # the tables alone, not recorded
 """
 
@@ -37,7 +37,7 @@ except ImportError:  # run as a script
 
 FOLDS = (1, 4, 16, 64, 256)
 FULL, QUICK = 19_366, 4_000
-STEADY, STEADY_QUICK = 1_000, 250  # steady variant: requests per k = 1 cluster (k * this in all)
+STEADY, STEADY_QUICK = 2_000, 1_000  # steady variant: requests per k = 1 cluster (k * this in all)
 # the steady variant's traffic: Poisson arrivals, lengths from the Azure conversation trace's distributions
 STEADY_WORKLOAD = {"arrival": "poisson", "prompt": {"dist": "empirical", "source": "azure_conv"},
                    "output": {"dist": "empirical", "source": "azure_conv"}}
