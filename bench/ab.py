@@ -3,8 +3,10 @@
     python -m bench.ab /path/to/tree_a /path/to/tree_b [--rounds 9] [--repeats 2] [--cases coloc,disagg]
         [--requests N]
 
-Cases: coloc, disagg (`Simulator.run()` on bench_sim's scenarios) and env_decode, env_prefill, env_batching
-(`env.step` on bench_decode's / bench_prefill's / bench_batching's env, with seeded random valid actions).
+Cases: coloc, disagg (`Simulator.run()` on bench_sim's scenarios), env_decode, env_prefill, env_batching
+(`env.step` on bench_decode's / bench_prefill's / bench_batching's env, with seeded random valid actions) and
+route_br0, route_brh (the CPU seconds of a decode router's steady rounds in bench_decode's normal regime, N = 32,
+pool 200-320: the summed `route()` calls of one run, whose count and pool sizes must agree between the trees).
 
 Each sample is a fresh process that imports pdgym from one tree (a temporary package folder of links to the
 tree's agents, baselines, conf, data and envs, first on PYTHONPATH) and measures the CPU time
@@ -28,9 +30,15 @@ import subprocess
 import sys
 import tempfile
 
+from bench.bench_decode import EXTRA, POOL, B, N
 from bench.bench_sim import COLOC, DISAGG
 
 CASES = {"coloc": COLOC, "disagg": DISAGG}
+# bench_decode.dispatch_ms's normal regime: a closed loop holding N B + POOL + EXTRA requests, 9,000 requests
+ROUTE_CASES = {name: {"spec": spec, "scenario": "decode_tier_n32", "lo": 200, "hi": 320,
+                      "overrides": ["oracle=true", "workload.arrival=closed", f"workload.concurrency={N * B + POOL + EXTRA}",
+                                    "workload.num_requests=9000", f"cluster.decode.batch_limit={B}"]}
+               for name, spec in (("route_br0", "br0"), ("route_brh", {"name": "brh", "predictor": "memo"}))}
 PROBE = """
 import json, sys, time
 from pdgym.envs.sim import Simulator
@@ -68,6 +76,32 @@ for _ in range(repeats):
 print(json.dumps({"cpu_s": best, "events": [steps, round(ret, 9)]}))
 """
 ENV_CASES = ("env_decode", "env_prefill", "env_batching")
+ROUTE_PROBE = """
+import json, sys, time
+from pdgym.baselines import make_policy
+from pdgym.envs.scenario import load_scenario
+from pdgym.envs.sim import Simulator
+case, repeats = json.loads(sys.argv[1]), int(sys.argv[2])
+best = float("inf")
+for _ in range(repeats):
+    pol = make_policy("decode", case["spec"])
+    inner, acc = pol.route, [0.0, 0, 0]
+
+    def timed(sim, inst):
+        n, d = len(sim.pool), sim.decode[inst]
+        steady = (d.batch_limit - d.batch).sum() <= 0.1 * d.dp * d.batch_limit and case["lo"] <= n <= case["hi"]
+        t = time.process_time()
+        inner(sim, inst)
+        if steady:
+            acc[0] += time.process_time() - t
+            acc[1] += 1
+            acc[2] += n
+
+    pol.route = timed
+    Simulator(load_scenario(case["scenario"], case["overrides"]).sim, {"decode": pol}, seed=0).run()
+    best = min(best, acc[0])
+print(json.dumps({"cpu_s": best, "events": acc[1:]}))
+"""
 PACKAGES = ("agents", "baselines", "conf", "data", "envs")
 
 
@@ -82,7 +116,7 @@ def shim(tree: pathlib.Path, root: pathlib.Path) -> str:
 
 def sample(path: str, cfg, repeats: int) -> dict:
     env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
-    probe = ENV_PROBE if isinstance(cfg, str) else PROBE
+    probe = ENV_PROBE if isinstance(cfg, str) else ROUTE_PROBE if "spec" in cfg else PROBE
     out = subprocess.run([sys.executable, "-c", probe, json.dumps(cfg), str(repeats)], env=env, check=True,
                          capture_output=True, text=True, cwd=path)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -107,8 +141,8 @@ def main(argv: list[str] | None = None) -> dict:
         paths = [shim(pathlib.Path(t), pathlib.Path(tmp) / side) for t, side in ((args.tree_a, "a"),
                                                                                   (args.tree_b, "b"))]
         for case in args.cases.split(","):
-            cfg = case if case in ENV_CASES else json.loads(json.dumps(CASES[case]))
-            if args.requests and case not in ENV_CASES:
+            cfg = case if case in ENV_CASES else json.loads(json.dumps({**CASES, **ROUTE_CASES}[case]))
+            if args.requests and case in CASES:
                 cfg["workload"]["num_requests"] = args.requests
             cpu = ([], [])
             for r in range(args.rounds):
