@@ -404,7 +404,8 @@ class BRH(_BalanceRoute):
 
     def admitted(self, sim, rid):
         self._t_ref[rid] = -1
-        self._new.setdefault(int(sim.req.decode_inst[rid]), []).append(rid)
+        if sim.req.state[rid] == DECODE:  # not a dry run's admission (envs/shadow.py: the request stays pooled)
+            self._new.setdefault(int(sim.req.decode_inst[rid]), []).append(rid)
 
     def active(self, sim, inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`active_arrays` kept across rounds: the ids active at this instance's last projection that still decode
