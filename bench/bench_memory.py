@@ -1,7 +1,9 @@
 """Peak memory (max RSS) of one simulation of 1,000,000 requests, in a fresh subprocess so nothing else
 of the bench counts: the DeepSeek-V3 disaggregated scenario with Poisson arrivals at 60 req/s and
 Azure-conversation lengths (empirical), default policies. Also the interpreter's baseline RSS after
-the same imports, so the per-request cost can be read off."""
+the same imports, so the per-request cost can be read off, and the RSS after each stage (construction: the
+request table; `run()`: the step log and the columns the run writes; `SimResult`: the result frames), so the
+peak's parts can be read off too (docs/performance.md, "Where the remaining time is")."""
 
 from __future__ import annotations
 
@@ -29,13 +31,17 @@ cfg = {"hardware": "h800", "model": "deepseek_v3",
                     "prompt": {"dist": "empirical", "source": "azure_conv"},
                     "output": {"dist": "empirical", "source": "azure_conv"}}}
 sim = Simulator(cfg, None, seed=0)
+built = status_kb("VmRSS")
 t = time.perf_counter()
 sim.run()
 wall = time.perf_counter() - t
+ran = status_kb("VmRSS")
 res = SimResult(sim)
+framed = status_kb("VmRSS")
 res.summary()
 peak = status_kb("VmHWM")
-print(json.dumps({"base_kb": base, "peak_kb": peak, "wall_s": wall, "events": sim.n_events}))
+print(json.dumps({"base_kb": base, "built_kb": built, "ran_kb": ran, "framed_kb": framed, "peak_kb": peak,
+                  "wall_s": wall, "events": sim.n_events}))
 """
 
 
@@ -47,4 +53,6 @@ def measure(n: int) -> dict:
 def run() -> dict:
     m = measure(N)
     return {"peak_mb_1m": m["peak_kb"] / 1024, "import_mb": m["base_kb"] / 1024,
+            "construct_mb_1m": (m["built_kb"] - m["base_kb"]) / 1024, "run_mb_1m": (m["ran_kb"] - m["built_kb"]) / 1024,
+            "result_mb_1m": (m["framed_kb"] - m["ran_kb"]) / 1024, "summary_peak_mb_1m": (m["peak_kb"] - m["framed_kb"]) / 1024,
             "kb_per_request": (m["peak_kb"] - m["base_kb"]) / N, "requests_per_wall_s_1m": N / m["wall_s"]}

@@ -72,6 +72,10 @@ ROWS = [
      "", None),
     ("Peak memory, 1M requests (MB, own process)", "memory.peak_mb_1m", "abs", "<= 300", lambda v: v <= 300),
     ("Memory per request at 1M (KB)", "memory.kb_per_request", "abs", "", None),
+    ("Memory at 1M: interpreter and imports (MB)", "memory.import_mb", "abs", "", None),
+    *[(f"Memory at 1M: + {what} (MB, RSS)", f"memory.{key}_mb_1m", "abs", "", None)
+      for what, key in (("construction (request table)", "construct"), ("run() (step log, written columns)", "run"),
+                        ("SimResult (result frames)", "result"), ("summary() to the peak", "summary_peak"))],
     ("Compiled-core prototype (numba): decode chain, engine's Python s / compiled s",
      "compiled.speedup_numba_vs_engine_chain", "abs", "", None),
     ("Decode chain's share of the Python engine's run (decode tier N = 16)", "compiled.python_decode_chain_frac",
