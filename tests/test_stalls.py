@@ -99,3 +99,21 @@ def test_a_board_where_every_run_of_an_agent_failed_exits_1(tmp_path, monkeypatc
     with pytest.raises(SystemExit) as exc:
         L.build(cfg)
     assert exc.value.code == 1 and not (tmp_path / "latest").exists()
+
+
+def test_a_stalled_job_of_an_eval_multirun_lets_the_sweep_finish_then_exits_1(tmp_path):
+    # job 0 is cut at 0.3 simulated seconds; job 1 runs to its end: both are written, the sweep exits 1 at its end
+    args = ["-m", "policy=least_kv", "scenario=decode_tier_n8", "workload.num_requests=60", "seeds=[0]",
+            "progress=false", "max_sim_time_s=0.3,100", "hydra.sweep.dir=sw"]
+    r = subprocess.run([sys.executable, "-m", "pdgym.agents.evaluation.evaluate", *args], capture_output=True, text=True,
+                       timeout=180, cwd=tmp_path, env=dict(os.environ, WANDB_MODE="disabled"), check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    jobs = sorted(p for p in (tmp_path / "sw").iterdir() if p.is_dir() and not p.name.startswith("."))
+    docs = [json.loads((j / "metrics.json").read_text()) for j in jobs]
+    assert [bool(d["stopped_early"]) for d in docs] == [True, False]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "1 job(s) of the sweep" in last and jobs[0].name in last and "Traceback" not in r.stderr
+    ok = subprocess.run([sys.executable, "-m", "pdgym.agents.evaluation.evaluate", *args[:-1], "allow_stalled=true",
+                         "hydra.sweep.dir=sw2"], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                        env=dict(os.environ, WANDB_MODE="disabled"), check=False)
+    assert ok.returncode == 0, ok.stderr[-2000:]

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pdgym.agents.apps import sweep_table
 from pdgym.agents.evaluation import candidates
@@ -53,3 +54,24 @@ def test_a_sweep_without_the_asked_metric_is_one_line_exit_2(tmp_path, capsys):
         sweep_table.main([str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and "metric: none of" in err[0]
+
+
+def test_a_group_with_a_stalled_eval_job_is_marked_has_no_mean_and_exits_1(tmp_path, capsys):
+    # two seeds of one group: seed 0 runs to its end, seed 1 is cut at 0.3 simulated seconds (horizon): a mean over the
+    # finished job alone would pass for the group's
+    raw = load_scenario("decode_tier_n8", ["workload.num_requests=60"]).raw
+    cand = candidates.resolve("least_kv", "decode")
+    for i, extra in enumerate([{}, {"max_sim_time_s": 0.3}]):
+        ev = evaluate(dict(raw, **extra), cand, [i])
+        write_evaluation(ev, _job(tmp_path, i, ["policy=least_kv", f"seed={i}"]), "decode_tier_n8")
+        assert bool(ev.per_seed[0]["stopped"]) == bool(extra)
+    with pytest.raises(SystemExit) as exc:
+        sweep_table.main([str(tmp_path), "imbalance_mean", "rejected"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 1 and len(err.strip().splitlines()) == 1 and "--allow-stalled" in err
+    assert "STALLED (1/2 jobs)" in out
+    csv = pd.read_csv(tmp_path / "sweep_table.csv")  # written before the exit
+    row = csv.iloc[0]
+    assert row.stalled == 1 and math.isnan(row.imbalance_mean) and row.rejected > 0  # the counts stay
+    ok = sweep_table.main([str(tmp_path), "imbalance_mean", "--allow-stalled"])
+    assert ok.stalled.tolist() == [1] and math.isnan(ok.imbalance_mean[0])

@@ -9,13 +9,18 @@ Every complete job (DIR/*/metrics.json; a job without it was interrupted and is 
 is grouped by its overrides minus `seed`; per group and metric: mean, 95% percentile-bootstrap
 interval of the mean over seeds (inside [min, max] of the values, so never below zero for a
 non-negative metric) and the number of seeds. A job's value is pdgym-sim's metric, pdgym-eval's mean over
-its seeds (a job with a STALLED seed has none: NaN) or pdgym-train's best validation value (`objective`) and
-final validation metrics. A metric the jobs lack is one line, exit 2. Writes DIR/sweep_table.csv and prints the
-table.
+its seeds or pdgym-train's best validation value (`objective`) and final validation metrics. A metric the jobs
+lack is one line, exit 2. Writes DIR/sweep_table.csv and prints the table.
+
+A stall is never hidden (agents/evaluation/stalls.py): a group holding a pdgym-eval job with a stopped-early seed
+has no mean for any metric but the counts and times (its cells say STALLED (k/n jobs); the csv's `stalled` column
+counts those jobs), since a mean over the other seeds' jobs would pass for one over all; pdgym-table then exits 1
+once the table is written and printed, unless `--allow-stalled` is given.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -26,6 +31,8 @@ from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
 
+STALLED = "stalled"  # a job row's count of stopped-early seeds (pdgym-eval's stopped_early); a group row's of such jobs
+ALLOW = "--allow-stalled"
 DEFAULT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "throughput_tok_s", "imbalance_mean")
 
 
@@ -53,7 +60,8 @@ def flat(doc: dict) -> dict:
     mean; pdgym-train's {objective, val_final: {m: value}} as the objective and the final validation values."""
     inner = doc.get("metrics")
     if isinstance(inner, dict) and inner and all(isinstance(v, dict) and "mean" in v for v in inner.values()):
-        return {k: v["mean"] for k, v in inner.items()}
+        stopped = doc.get("stopped_early")
+        return {**{k: v["mean"] for k, v in inner.items()}, STALLED: len(stopped) if isinstance(stopped, dict) else 0}
     if isinstance(doc.get("val_final"), dict):
         return {"objective": doc.get("objective"), **doc["val_final"]}
     return doc
@@ -88,21 +96,43 @@ def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Per group: seeds, stalled (jobs with a stopped-early seed) and per metric mean and interval; a group with a
+    stalled job has NaN for every metric but the counts and times (stalls.KEPT)."""
+    from pdgym.agents.evaluation import stalls
     from pdgym.agents.evaluation.stats import interval
 
     out = []
     for group, sub in runs.groupby("group", sort=False):
-        row = {"group": group, "seeds": len(sub)}
+        n_stalled = int((sub[STALLED].fillna(0) > 0).sum()) if STALLED in sub else 0
+        row = {"group": group, "seeds": len(sub), STALLED: n_stalled}
         for m in metrics:
             iv = interval(sub[m].tolist())
+            if n_stalled and m not in stalls.KEPT:
+                iv = dict(iv, mean=math.nan, ci_low=math.nan, ci_high=math.nan)
             row.update({m: iv["mean"], f"{m}_ci_low": iv["ci_low"], f"{m}_ci_high": iv["ci_high"]})
         out.append(row)
     return pd.DataFrame(out)
 
 
+def shown(out: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The printed table: a stalled group's cells say STALLED (k/n jobs) instead of a NaN."""
+    from pdgym.agents.evaluation import stalls
+
+    view = out.astype(object)
+    for i, r in out.iterrows():
+        if r[STALLED]:
+            for m in metrics:
+                if m not in stalls.KEPT:
+                    view.loc[i, [m, f"{m}_ci_low", f"{m}_ci_high"]] = [f"{stalls.MARK} ({r[STALLED]}/{r['seeds']} jobs)",
+                                                                         "-", "-"]
+    return view
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     app = "pdgym-table"
     argv = sys.argv[1:] if argv is None else list(argv)
+    allow = ALLOW in argv
+    argv = [a for a in argv if a != ALLOW]
     if not argv or argv[0] in ("-h", "--help"):
         print((__doc__ or "").strip())
         raise SystemExit(0 if argv else 2)
@@ -116,13 +146,16 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     runs = pd.DataFrame([row for _, row in jobs])
     if runs.empty:
         fail(app, f"DIR: no complete job in {str(sweep_dir)!r} (no */metrics.json beside */.hydra/overrides.yaml)")
+    bad = [a for a in argv[1:] if a.startswith("-")]
+    if bad:
+        fail(app, f"option: unknown {bad[0]!r}; allowed: {ALLOW}")
     metrics = argv[1:] or [m for m in (*DEFAULT_METRICS, "objective") if m in runs]
     if not metrics:
         fail(app, f"metric: none of {', '.join(DEFAULT_METRICS)} in these jobs; give one of: "
              f"{', '.join(c for c in runs if c not in ('group', 'seed'))}")
-    unknown = [m for m in metrics if m not in runs]
+    unknown = [m for m in metrics if m not in runs or m == STALLED]
     if unknown:
-        fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed'))}")
+        fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed', STALLED))}")
     try:
         check_metrics(jobs, metrics)
     except ConfigError as exc:
@@ -131,9 +164,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     with atomic_path(sweep_dir / "sweep_table.csv") as tmp:
         out.to_csv(tmp, index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 50):
-        print(out.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(shown(out, metrics).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     note = f"; {skipped} incomplete job(s) skipped" if skipped else ""
     print(f"{len(runs)} jobs in {len(out)} groups{note}; table in {sweep_dir / 'sweep_table.csv'}")
+    stalled = [str(g) for g, n in zip(out.group, out[STALLED]) if n]
+    if stalled and not allow:
+        print(f"{app}: {len(stalled)} group(s) hold a job with a stopped-early seed ({', '.join(stalled[:4])}"
+              f"{' and more' if len(stalled) > 4 else ''}); their cells say STALLED with no mean; {ALLOW} accepts them",
+              file=sys.stderr)
+        raise SystemExit(1)
     return out
 
 

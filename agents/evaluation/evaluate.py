@@ -40,7 +40,9 @@ def _app(cfg) -> dict:
     ev = evaluate(data, cand, seeds, split, others, progress=bool(data["progress"]),
                   desc=f"{cand.label} on {scenario}", budget_s=budget)
     out = run_dir()
-    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget}, data.get("tables", "csv"))
+    allow = bool(data.get("allow_stalled"))
+    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget, "allow_stalled": allow},
+                            data.get("tables", "csv"))
     stats = ev.stats()
     ci = escape("[min, max]") if len(seeds) <= 2 else "95% CI"  # a bootstrap over 2 seeds is their range
     t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
@@ -65,7 +67,7 @@ def _app(cfg) -> dict:
             print(f"seed {s} stopped early ({m['rejected']:.0f} requests rejected): {m['stopped']}")
     print(f"metrics in {path}")
     stalls.refuse("pdgym-eval", [f"{cand.label} seed {s}" for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]],
-                  bool(data.get("allow_stalled")))
+                  allow, sweep_checked=True)  # a multirun's jobs go on; main's after_sweep exits 1 at its end
     return stats
 
 
@@ -174,9 +176,11 @@ UNUSED = {"compare": "pdgym-eval runs one policy: compare several with pdgym-lea
 
 def main(argv: list[str] | None = None) -> None:
     """pdgym-eval: one-line errors, no run folder before the config is checked (agents/front_door.hydra_cli)."""
+    from pdgym.agents.evaluation.stalls import sweep_check
     from pdgym.agents.front_door import hydra_cli
 
-    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED)(_app)(argv)
+    hydra_cli("pdgym-eval", "eval", validate=validate, rewrite_argv=alias_policy_argv, unused=UNUSED,
+              after_sweep=lambda d: sweep_check("pdgym-eval", d))(_app)(argv)
 
 
 if __name__ == "__main__":

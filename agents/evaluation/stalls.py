@@ -7,7 +7,11 @@ would rank a router that drops its hardest traffic above one that serves it. So:
   count of stopped seeds); the counts and times (finished, rejected, sim_time_s, wall_time_s) stay, so the
   rejected count is still reported;
 - pdgym-eval and pdgym-leaderboard exit 1 with one line naming the stopped runs, after writing their files,
-  unless `allow_stalled=true` accepts them (the tables still say STALLED).
+  unless `allow_stalled=true` accepts them (the tables still say STALLED);
+- in a pdgym-eval multirun (`-m`) a job with a stopped run says so in its line and the sweep goes on (one stalled
+  job would otherwise cancel the jobs after it); once every job has run, the sweep exits 1 with one line naming
+  the jobs (`sweep_check`, from each job's metrics.json), unless those jobs had allow_stalled=true. pdgym-table
+  marks such a job's group STALLED (agents/apps/sweep_table.py).
 
 Pure functions; evaluate.py and the leaderboard call them.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -60,11 +65,45 @@ def cell(n_stop: int, n_seeds: int) -> str:
     return f"{MARK} ({n_stop}/{n_seeds} seeds)"
 
 
-def refuse(app: str, what: list[str], allow: bool) -> None:
-    """Exit 1 with one line when runs stopped early (`what`: 'POLICY seed S' items) and `allow` is false."""
+def _shown(items: list[str]) -> str:
+    return ", ".join(items[:6]) + (f" and {len(items) - 6} more" if len(items) > 6 else "")
+
+
+def in_multirun() -> bool:
+    """Whether this process runs a job of a Hydra multirun (a launcher's worker included)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def refuse(app: str, what: list[str], allow: bool, sweep_checked: bool = False) -> None:
+    """Exit 1 with one line when runs stopped early (`what`: 'POLICY seed S' items) and `allow` is false.
+    `sweep_checked`: the app checks its multirun's jobs at the end (`sweep_check`), so a job of one prints its
+    line and returns, and the sweep's other jobs still run."""
     if not what or allow:
         return
-    shown = ", ".join(what[:6]) + (f" and {len(what) - 6} more" if len(what) > 6 else "")
-    print(f"{app}: {len(what)} run(s) stopped early ({shown}); their rows are marked {MARK} with no mean; {ALLOW}",
-          file=sys.stderr)
+    line = f"{app}: {len(what)} run(s) stopped early ({_shown(what)}); their rows are marked {MARK} with no mean; {ALLOW}"
+    if sweep_checked and in_multirun():
+        print(f"{line}; the sweep goes on and exits 1 at its end", file=sys.stderr, flush=True)
+        return
+    print(line, file=sys.stderr)
     raise SystemExit(1)
+
+
+def sweep_check(app: str, sweep_dir: Path) -> None:
+    """After a multirun: exit 1 with one line naming its jobs whose metrics.json holds a stopped-early seed
+    (`stopped_early`) without allow_stalled=true."""
+    from pdgym.envs.sim import safe_files
+
+    bad = []
+    for job in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (job / "metrics.json").is_file():
+            continue
+        doc = safe_files.read_json(job / "metrics.json", 64 * safe_files.MiB, "hydra.sweep.dir", within=job)
+        if isinstance(doc, dict) and doc.get("stopped_early") and not doc.get("allow_stalled"):
+            bad.append(job.name)
+    if bad:
+        print(f"{app}: {len(bad)} job(s) of the sweep had runs that stopped early ({_shown(bad)}); their rows are "
+              f"marked {MARK} with no mean; {ALLOW}", file=sys.stderr)
+        raise SystemExit(1)
