@@ -85,6 +85,10 @@ def hydra_error_line(exc: BaseException, overrides: list[str], config_name: str)
         if full != key:  # a mapping given to `key` carries the new key: suggest adding that key alone
             value = _sub_value(overrides, key, full[len(key) + 1:])
         if not parent:  # nothing reads a new top-level key: adding one (+key) would be refused too (ROOT_ADD)
+            groups = _groups(config_name)  # scenaro=X means the scenario group, not the scenario_name key
+            close = difflib.get_close_matches(leaf, [*groups, *keys], n=1)
+            hint = (f"did you mean {close[0]}={value} (a config group)? " if close and close[0] in groups
+                    else f"did you mean {close[0]}? " if close else "")
             return f"{full}: unknown key; {hint}the config has: {allowed}"
         return f"{full}: unknown key; {hint}{parent} has: {allowed}; to add a new key use +{full}={value}"
     m = re.match(r"Could not append to config\. An item is already at '([^']+)'", first)

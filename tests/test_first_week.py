@@ -350,6 +350,9 @@ def test_bars_are_off_and_tables_whole_when_the_output_is_not_a_terminal(tmp_pat
     (["pdgym-sim", "workload.rat=3"], "workload.rat: unknown key; did you mean 'rate'?"),
     (["pdgym-sim", "scenario=decode_tier_n17"], "did you mean 'decode_tier_n16'?"),
     (["pdgym-eval", "policy=least_kvv"], "did you mean 'least_kv'?"),
+    (["pdgym-sim", "seeed=3"], "seeed: unknown key; did you mean seed?"),
+    # a mistyped config group is the group, not the scenario_name key that looks alike
+    (["pdgym-sim", "scenaro=decode_tier_n8"], "did you mean scenario=decode_tier_n8 (a config group)?"),
 ])
 def test_a_mistyped_key_or_name_on_the_command_line_gets_did_you_mean(tmp_path, args, hint):
     r = _app(*args, "hydra.run.dir=out", cwd=tmp_path)
