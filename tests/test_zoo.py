@@ -189,6 +189,11 @@ def test_a_zoo_agent_on_another_scenario_warns_in_one_line(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     warn = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert len(warn) == 1 and "trained on decode_tier_ht_n16" in warn[0] and "decode_tier_n8 is a transfer" in warn[0]
+    p = cli("pdgym.agents.apps.enjoy", "policy=zoo:decode_ht_n16", "scenario=decode_tier_n8", "workload.num_requests=12",
+            "every=6", "max_frames=1", f"hydra.run.dir={tmp_path / 'enjoy'}")  # pdgym-enjoy says it as well
+    assert p.returncode == 0, p.stderr[-2000:]
+    warn = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert len(warn) == 1 and warn[0].startswith("pdgym-enjoy: warning: zoo:decode_ht_n16 was trained on")
 
 
 def test_a_zoo_entrys_training_overrides_apply_on_its_own_scenario_unless_given():

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 from pdgym.agents.evaluation import candidates
+from pdgym.agents.evaluation.evaluate import agent_traffic, check_no_seed, check_policy_given, check_split
 from pdgym.agents.evaluation.evaluate import alias_policy_argv as eval_policy_argv
-from pdgym.agents.evaluation.evaluate import check_no_seed, check_policy_given, check_split
 from pdgym.agents.evaluation.runner import agent_horizon, check_policies
 from pdgym.envs import render as V
 from pdgym.envs.sim.config import ConfigError
@@ -224,6 +224,7 @@ def _app(cfg) -> dict:
     s = settings(data)
     cand = candidate(data)
     scenario = data.get("scenario_name", "scenario")
+    data = agent_traffic(data, cand, scenario, APP)  # as pdgym-eval: a transfer warns, a zoo agent meets its own traffic
     env, seed = make_env(data, cand, s["split"], s["index"])
     print(f"{APP}: {cand.label} ({cand.kind}, {cand.point}) on {scenario}, {s['split_name'] or 'no'} split, "
           f"index {s['index']}: a frame every {s['every']} decisions, at most {s['max_frames']}")

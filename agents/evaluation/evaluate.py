@@ -71,15 +71,15 @@ def _app(cfg) -> dict:
     return stats
 
 
-def agent_traffic(data: dict, cand: Candidate, scenario: str) -> dict:
+def agent_traffic(data: dict, cand: Candidate, scenario: str, app: str = "pdgym-eval") -> dict:
     """An agent on another scenario than its training one: one warning line; a zoo agent on its own: its training
-    overrides where the command line left the scenario's values (agents/evaluation/transfer.py)."""
+    overrides where the command line left the scenario's values (agents/evaluation/transfer.py). pdgym-enjoy too."""
     from pdgym.agents.evaluation import transfer
     from pdgym.envs.scenario import load_scenario
 
     if cand.kind != "agent":
         return data
-    transfer.warn_transfer("pdgym-eval", cand.label, cand, scenario)
+    transfer.warn_transfer(app, cand.label, cand, scenario)
     data, applied = transfer.with_training_traffic(data, cand, load_scenario(scenario).raw)
     if applied:
         print(f"{cand.label}: its training traffic applied: {' '.join(applied)} (give a key on the command line to "
