@@ -184,8 +184,13 @@ def train(data: dict, out: Path) -> dict:
     bc_stats = None
     if agent.bc.teacher and resumed is None:
         factory = env_factories(env, raw, train_split, 1, 8)[0]
+        # a line before and after: off a terminal the bar is off, and cloning takes most of a short run's time
+        print(f"BC: cloning {agent.bc.teacher} (up to {agent.bc.max_steps} decisions of {agent.bc.episodes} "
+              f"episodes, {agent.bc.epochs} epochs)", flush=True)
         bc_stats = imitation.warm_start(model, env, factory, train_split, agent.bc, vec_norm, app.seed,
                                         progress=app.progress)
+        print(f"BC: {bc_stats['samples']} decisions, held-out accuracy {bc_stats['val_accuracy']:.3f}, "
+              f"{bc_stats['wall_time_s']:.0f} s", flush=True)
         write_json(out / "bc.json", bc_stats)
 
     val_split = data["splits"][app.eval.split]
