@@ -15,7 +15,6 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
 from pdgym.envs.sim.events import PassKind
 
 THETA_MIN, THETA_MAX = 0.01, 0.99
@@ -199,5 +198,7 @@ def calibrate_mixed(sim_config, output_means=(32, 128, 512), num_requests: int =
         steps = simulate(dataclasses.replace(sim_config, workload=wl), seed=seed).steps
         mixed = steps[(steps.kind == PassKind.COLOCATED) & (steps.reqs > 0) & (steps.tokens > steps.reqs)]
         rows.append(mixed[["tokens", "reqs", "dur"]])
+    import pandas as pd  # the fit's one table; pandas is not loaded for EB's policies
+
     m = pd.concat(rows)
     return fit_mixed_cost(m.tokens, m.reqs, m.dur)

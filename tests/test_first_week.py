@@ -346,6 +346,16 @@ def test_bars_are_off_and_tables_whole_when_the_output_is_not_a_terminal(tmp_pat
     assert all(f"set_{i}" in r.stdout for i in range(6))
 
 
+def test_a_board_off_a_terminal_says_each_scenario_as_it_ends(tmp_path):
+    # the bar is off in a log; without these lines `make run` printed nothing for minutes
+    r = _app("pdgym-leaderboard", "preset=demo", "progress=true", "plots=false", f"out_dir={tmp_path / 'b'}",
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("leaderboard: ") and " done (" in ln]
+    assert [ln.split()[1] for ln in lines] == ["prefill_ds_v3_h800", "decode_ht_n16"]
+    assert lines[-1].split("(")[1].startswith("16/16 runs") and "\r" not in r.stderr + r.stdout
+
+
 @pytest.mark.parametrize("args, hint", [
     (["pdgym-sim", "workload.rat=3"], "workload.rat: unknown key; did you mean 'rate'?"),
     (["pdgym-sim", "scenario=decode_tier_n17"], "did you mean 'decode_tier_n16'?"),

@@ -4,9 +4,12 @@ measures a scenario's capacity (the `load` a scenario declares is relative to it
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,8 +215,15 @@ def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[in
     results = par(delayed(_task)(sc, label, kind, spec, split, i, rates.get(sc.key), budget_s)
                   for sc, label, kind, spec, i in jobs)
     rows, failures = [], []
-    for (sc, label, kind, _, i), r in tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs",
-                                           disable=not progress or None):  # None: no bar when not a terminal
+    # off a terminal the bar is off (no carriage returns in logs): a line per finished scenario instead
+    lines = progress and not sys.stderr.isatty()
+    left = collections.Counter(sc.key for sc, *_ in jobs)
+    t0 = time.perf_counter()
+    bar = tqdm(zip(jobs, results), total=len(jobs), desc="leaderboard runs", disable=not progress or None)
+    for done, ((sc, label, kind, _, i), r) in enumerate(bar, 1):  # disable=None: no bar when not a terminal
+        left[sc.key] -= 1
+        if lines and not left[sc.key]:
+            print(f"leaderboard: {sc.key} done ({done}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s)", flush=True)
         if r["ok"]:
             rows.append({"scenario": sc.key, "policy": label, "kind": kind, "seed": i, **r["metrics"],
                          "stopped": r["stopped"]})
