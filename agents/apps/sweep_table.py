@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(shown(out, metrics).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     note = f"; {skipped} incomplete job(s) skipped" if skipped else ""
-    print(f"{len(runs)} jobs in {len(out)} groups{note}; table in {sweep_dir / 'sweep_table.csv'}")
+    few = int(out.seeds.max()) <= 2
+    how = ("*_ci_low / *_ci_high: with 2 seeds or fewer, their [min, max] (an interval needs more seeds)" if few
+           else "*_ci_low / *_ci_high: 95% percentile-bootstrap interval of the mean over seeds")
+    print(f"{len(runs)} jobs in {len(out)} groups{note}; {how}; table in {sweep_dir / 'sweep_table.csv'}")
     stalled = [str(g) for g, n in zip(out.group, out[STALLED]) if n]
     if stalled and not allow:
         print(f"{app}: {len(stalled)} group(s) hold a job with a stopped-early seed ({', '.join(stalled[:4])}"
