@@ -363,9 +363,10 @@ def users_environment() -> Iterator[None]:
 # --------------------------------------------------------------------------- the decorator
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
               rewrite_argv: Callable[[list[str]], list[str]] | None = None,
-              unused: dict[str, str] | None = None, after_sweep: Callable[[Path], None] | None = None) -> Callable:
+              unused: dict[str, str] | None = None, after_sweep: Callable[[list[Path]], None] | None = None) -> Callable:
     """Decorator: the task function `fn(cfg)` becomes `main(argv=None)`, the app's entry point (module docstring).
-    `after_sweep(sweep_dir)`: called once a multirun's jobs have all run (it may exit, e.g. 1 when a job stalled).
+    `after_sweep(job_dirs)`: called once a multirun's jobs have all run, with the folders this sweep added to its
+    sweep folder (not those an earlier sweep left there); it may exit, e.g. 1 when a job stalled.
 
     The task is looked up by import when Hydra runs it, so launchers that run jobs in other processes pickle it
     by reference.
@@ -412,7 +413,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 with command_line([*flags, *overrides]), raising_hydra_errors():
                     hydra.main(version_base=None, config_path="pkg://pdgym.conf", config_name=config_name)(task)()
                 if after_sweep is not None and not door.single and door.folder is not None:
-                    after_sweep(door.folder.path)
+                    after_sweep([p for p in door.folder.added() if p.is_dir() and not p.name.startswith(".")])
             except BaseException as exc:
                 if door.folder is not None:
                     run_folder.settle(door.folder, exc, single=door.single)

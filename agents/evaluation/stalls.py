@@ -91,13 +91,13 @@ def refuse(app: str, what: list[str], allow: bool, sweep_checked: bool = False) 
     raise SystemExit(1)
 
 
-def sweep_check(app: str, sweep_dir: Path) -> None:
-    """After a multirun: exit 1 with one line naming its jobs whose metrics.json holds a stopped-early seed
-    (`stopped_early`) without allow_stalled=true."""
+def sweep_check(app: str, jobs: list[Path]) -> None:
+    """After a multirun: exit 1 with one line naming its jobs (`jobs`: their folders) whose metrics.json holds a
+    stopped-early seed (`stopped_early`) without allow_stalled=true."""
     from pdgym.envs.sim import safe_files
 
     bad = []
-    for job in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for job in sorted(Path(j) for j in jobs):
         if not (job / "metrics.json").is_file():
             continue
         doc = safe_files.read_json(job / "metrics.json", 64 * safe_files.MiB, "hydra.sweep.dir", within=job)
