@@ -13,7 +13,7 @@ would rank a router that drops its hardest traffic above one that serves it. So:
   the jobs (`sweep_check`, from each job's metrics.json), unless those jobs had allow_stalled=true. pdgym-table
   marks such a job's group STALLED (agents/apps/sweep_table.py).
 
-Pure functions; evaluate.py and the leaderboard call them.
+Small functions; evaluate.py, the leaderboard and sweep_table call them.
 """
 
 from __future__ import annotations
@@ -94,13 +94,18 @@ def refuse(app: str, what: list[str], allow: bool, sweep_checked: bool = False) 
 def sweep_check(app: str, jobs: list[Path]) -> None:
     """After a multirun: exit 1 with one line naming its jobs (`jobs`: their folders) whose metrics.json holds a
     stopped-early seed (`stopped_early`) without allow_stalled=true."""
+    from pdgym.agents.errors import fail
     from pdgym.envs.sim import safe_files
+    from pdgym.envs.sim.config import ConfigError
 
     bad = []
     for job in sorted(Path(j) for j in jobs):
         if not (job / "metrics.json").is_file():
             continue
-        doc = safe_files.read_json(job / "metrics.json", 64 * safe_files.MiB, "hydra.sweep.dir", within=job)
+        try:
+            doc = safe_files.read_json(job / "metrics.json", 64 * safe_files.MiB, "hydra.sweep.dir", within=job)
+        except ConfigError as exc:  # a file this sweep wrote, replaced meanwhile: one line, as any bad file
+            fail(app, str(exc))
         if isinstance(doc, dict) and doc.get("stopped_early") and not doc.get("allow_stalled"):
             bad.append(job.name)
     if bad:
