@@ -117,3 +117,21 @@ def test_a_stalled_job_of_an_eval_multirun_lets_the_sweep_finish_then_exits_1(tm
                          "hydra.sweep.dir=sw2"], capture_output=True, text=True, timeout=180, cwd=tmp_path,
                         env=dict(os.environ, WANDB_MODE="disabled"), check=False)
     assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def test_pdgym_sim_heads_a_set_that_left_requests_unresolved_stalled_and_says_so(tmp_path):
+    # the same two sets run to their end (no mark), then cut at 0.3 simulated seconds (max_sim_time_s, one horizon
+    # for the whole command): both headed STALLED, each with its warning line and the count requests.csv holds
+    args = ["pdgym.agents.apps.sim", "scenario=decode_tier_n8", "workload.num_requests=60", "plots=false",
+            "compare=[{label: a, decode: least_kv}, {label: b, decode: br0}]", "hydra.run.dir=out"]
+    env = dict(os.environ, WANDB_MODE="disabled")
+    whole = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                           env=env, check=False)
+    assert whole.returncode == 0 and "STALLED" not in whole.stdout and "warning" not in whole.stderr
+    cut = subprocess.run([sys.executable, "-m", *args, "max_sim_time_s=0.3", "hydra.run.dir=cut"], capture_output=True,
+                         text=True, timeout=180, cwd=tmp_path, env=env, check=False)
+    assert cut.returncode == 0, cut.stderr[-2000:]
+    assert "a (STALLED)" in cut.stdout and "b (STALLED)" in cut.stdout
+    warn = [ln for ln in cut.stderr.splitlines() if ln.startswith("pdgym-sim: warning:")]
+    rejected = pd.read_csv(tmp_path / "cut" / "requests.csv").reason.isin(["stalled", "horizon"]).sum()
+    assert len(warn) == 2 and rejected > 0 and f"a: {rejected} of 60 requests never resolved" in warn[0]

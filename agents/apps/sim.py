@@ -13,6 +13,7 @@ compare.csv / the CDFs put them side by side.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -80,12 +81,18 @@ def validate(cfg: DictConfig) -> tuple:
     return seed, tables, sim_cfg, sets
 
 
-def metrics_table(rows: dict[str, dict], title: str) -> Table:
-    """Metrics as rows, policy sets as columns (fits a terminal whatever the number of metrics)."""
+def left_unresolved(res) -> int:
+    """Requests a run left unresolved at its end (rejected 'stalled': no event left; 'horizon': max_sim_time_s)."""
+    return int(res.requests.reason.isin(("stalled", "horizon")).sum())
+
+
+def metrics_table(rows: dict[str, dict], title: str, stopped: dict[str, int] | None = None) -> Table:
+    """Metrics as rows, policy sets as columns (fits a terminal whatever the number of metrics); a set whose run
+    left requests unresolved (`stopped`: label -> how many) is headed STALLED (its means cover the rest only)."""
     t = Table(title=title)
     t.add_column("metric")
     for label in rows:
-        t.add_column(label, justify="right")
+        t.add_column(f"{label} (STALLED)" if (stopped or {}).get(label) else label, justify="right")
     cache = any(m.get(k) for m in rows.values() for k in PREFIX_KEYS)  # prefix-cache rows where a run has a cache
     for k in SHOWN + (PREFIX_KEYS if cache else ()):
         t.add_row(k, *[_fmt(m.get(k)) for m in rows.values()])
@@ -156,7 +163,13 @@ def main(cfg: DictConfig) -> dict:
     results[first].write(out, tables)  # metrics.json of the run: the last file written
     scenario = cfg.get("scenario_name", "scenario")
     console = Console()  # not a terminal (a pipe, a log): rich's 80 columns would cut the names; the table's own width
-    Console(width=None if console.is_terminal else 400).print(metrics_table(rows, f"{scenario} (seed {seed})"))
+    stopped = {label: left_unresolved(res) for label, res in results.items()}
+    Console(width=None if console.is_terminal else 400).print(metrics_table(rows, f"{scenario} (seed {seed})", stopped))
+    for label, n in stopped.items():
+        if n:  # a policy that stops serving (or a horizon) is never read as a fast one (agents/evaluation/stalls.py)
+            print(f"pdgym-sim: warning: {label}: {n} of {len(results[label].requests)} requests never resolved "
+                  "(rejected as stalled / horizon), so its latency and throughput cover the finished ones only",
+                  file=sys.stderr)
     print(f"results in {out}")
     return rows
 
