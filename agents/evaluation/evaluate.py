@@ -45,8 +45,9 @@ def _app(cfg) -> dict:
                             data.get("tables", "csv"))
     stats = ev.stats()
     ci = escape("[min, max]") if len(seeds) <= 2 else "95% CI"  # a bootstrap over 2 seeds is their range
-    t = Table(title=f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}",
-              caption=("one seed: no interval" if len(seeds) == 1 else escape("[min, max] of the 2 seeds (a 95% "
+    # the title as its own line: inside the table rich wraps it to the table's width ("seeds [0, / 1, 2]")
+    print(f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}")
+    t = Table(caption=("one seed: no interval" if len(seeds) == 1 else escape("[min, max] of the 2 seeds (a 95% "
                        "interval needs more seeds)") if len(seeds) == 2 else "95% CI: percentile bootstrap of the mean "
                        "over seeds"))
     for col in ("metric", "direction", "mean", ci, "std"):
