@@ -68,6 +68,18 @@ def test_make_policies_takes_objects_and_classes():
         make_policies({"decode": 3})
 
 
+def test_simulate_takes_a_policy_class_as_make_policies_does():
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import simulate
+
+    sc = load_scenario("decode_tier_n8", ["workload.num_requests=40"])
+    by_class = simulate(sc.sim, {"decode": FewestRunning}, seed=0).requests
+    by_object = simulate(sc.sim, {"decode": FewestRunning()}, seed=0).requests
+    assert by_class.equals(by_object) and (by_class.status == "finished").all()
+    with pytest.raises(ConfigError, match=r"policies\.prefill: class FewestRunning is not a PrefillScheduler"):
+        simulate(sc.sim, {"prefill": FewestRunning}, seed=0)
+
+
 def test_an_ambiguous_name_says_which_point_to_set():
     with pytest.raises(ConfigError) as exc:
         candidates.resolve("jsq")

@@ -93,7 +93,8 @@ def check_points(given, values: str, key: str = "policies", point_key: str = "po
 
 
 def resolve_policies(given) -> dict:
-    """The run's policy at every point: `given[name]`, or the point's default; checked against its protocol."""
+    """The run's policy at every point: `given[name]` (an object, or a class of the point's protocol, built with no
+    arguments), or the point's default; checked against its protocol."""
     out = {}
     check_points(given, "policy object, e.g. {'decode': make_policy('decode', 'least_kv')} (from "
                  "pdgym.baselines import make_policy), or None for the defaults")
@@ -101,9 +102,12 @@ def resolve_policies(given) -> dict:
         pol = given.get(k)
         if pol is None:
             pol = point.default()
+        elif isinstance(pol, type) and issubclass(pol, point.protocol):  # a class, as make_policies takes one
+            pol = pol()
         if not isinstance(pol, point.protocol):
             hint = (f"; a name becomes one with make_policy({k!r}, {pol!r}) (from pdgym.baselines import "
                     "make_policy)" if isinstance(pol, (str, Mapping)) else "")
-            raise ConfigError(f"policies.{k}: {type(pol).__name__} is not a {point.protocol.__name__}{hint}")
+            what = f"class {pol.__name__}" if isinstance(pol, type) else type(pol).__name__
+            raise ConfigError(f"policies.{k}: {what} is not a {point.protocol.__name__}{hint}")
         out[k] = pol
     return out
