@@ -459,6 +459,17 @@ def test_train_cli_resume_with_another_config_touches_nothing(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
 
 
+def test_train_cli_ends_with_the_command_that_evaluates_the_run(tmp_path):
+    out = tmp_path / "run"
+    r = cli("pdgym.agents.training.train", *TINY, "agent=a2c", *ALGO_ARGS["a2c"], "total_timesteps=32",
+            f"hydra.run.dir={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    last = r.stdout.strip().splitlines()[-1]
+    scenario = json.loads((out / "agent.json").read_text())["scenario"]
+    assert last.startswith(f"evaluate it: pdgym-eval policy={out} scenario={scenario}")
+    assert "(trained with workload.num_requests=120 max_sim_time_s=8)" in last
+
+
 @pytest.mark.parametrize("agent", ["pointer_maskable_ppo", "attention_maskable_ppo", "set_maskable_ppo", "dqn"])
 def test_subprocess_vector_envs_train_every_extractor(tmp_path, agent):
     """SubprocVecEnv workers are other processes: the observation layout reaches the network builder

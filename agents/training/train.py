@@ -260,8 +260,12 @@ def _task(cfg) -> float | None:
     """One training run in Hydra's run directory (looked up by name: launchers may run it elsewhere)."""
     from pdgym.agents.common import run_dir, to_container
 
-    s = train(to_container(cfg), run_dir())
+    data = to_container(cfg)
+    s = train(data, run_dir())
     print(f"{s['name']}: {s['timesteps']} steps in {s['wall_time_s']:.0f} s; run in {run_dir()}")
+    env = validate(data)[1]  # the next step: the test windows of the scenario it was trained on
+    print(f"evaluate it: pdgym-eval policy={run_dir()} scenario={env.scenario}"
+          + (f"  (trained with {' '.join(env.overrides)})" if env.overrides else ""))
     return s["objective"]  # for sweepers (Optuna): the best validation value of env.primary
 
 
