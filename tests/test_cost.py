@@ -363,6 +363,21 @@ def test_every_shipped_model_splits_its_embedding_and_lm_head(name):
     assert m.tie_word_embeddings == (name == "gemma3_1b")  # the one shipped model whose config.json ties them
 
 
+@pytest.mark.parametrize("name,active", [("deepseek_v3", 37e9), ("qwen3_30b_a3b", 3.3e9)])
+def test_a_moe_token_runs_the_published_active_params_less_embedding_and_lm_head(name, active):
+    """MoE accounting after the split: a prefill token that ends no prompt runs the decoder's non-routed GEMMs and its
+    top-k routed experts, i.e. the published active count (DeepSeek-V3 37B, Qwen3-30B-A3B 3.3B, both counting the
+    embedding and LM head) less vocab x hidden twice (config.json: 129280 x 7168, 151936 x 2048; neither ties them).
+    Compute only, experts on the unit (ep = tp = 1), within the 2% the published counts are rounded to."""
+    m = load_model(name)
+    vocab_hidden = {"deepseek_v3": 129280 * 7168, "qwen3_30b_a3b": 151936 * 2048}[name]
+    hw = _compute_only("h200")
+    flops = hw.flops_fp8 if m.weight_bytes <= 1 else hw.flops_bf16
+    z = np.zeros(1)
+    t = RooflineCost(hw, m, InstanceConfig(count=1)).pass_time(vec(1000), z, z, z)
+    assert t * flops * hw.mfu / (2 * 1000) == pytest.approx(active - 2 * vocab_hidden, rel=0.02)
+
+
 def test_prefill_pays_decoder_gemms_and_the_lm_head_once_per_prompt_end():
     """Compute only: a prefill token costs 2 x decoder params, each prompt's last token 2 x LM-head params more,
     a chunk that does not end its prompt none; a decode token pays decoder + LM head; the embedding no FLOPs."""
