@@ -206,7 +206,9 @@ def test_eb_plus_picks_mb_at_low_load_and_eb_where_eb_wins():
     low = _scenario("rtx_pro_6000", "workload.concurrency=8")
     _, sim = _rps(low, "eb_plus")
     assert sim.policies["batching"].mode == "mb" and not sim.policies["batching"].switches
-    high = _scenario("l40s")
+    # EB+ runs MB until its switch (about 42 s in): with L40S's interference re-fitted for issue 35 (EB* +41% over
+    # MB here) that warm-up costs 5.1% of a 600-request run, 3.7% of this one
+    high = _scenario("l40s", "workload.num_requests=1200")
     rps_plus, sim = _rps(high, "eb_plus")
     assert sim.policies["batching"].switches and sim.policies["batching"].switches[0][1] == "eb"
     assert rps_plus >= 0.95 * max(_rps(high, "eb_star")[0], _rps(high, "mb")[0])

@@ -168,6 +168,24 @@ def test_mixed_batch_interference_crossover(hw, lo, hi):
     assert lo <= _mixed_crossover(hw) <= hi
 
 
+@pytest.mark.parametrize("hw,target", [("rtx_pro_6000", 0.20), ("h200", 0.80)])
+def test_the_calibrated_interference_puts_the_crossover_where_the_eb_study_measured_it(hw, target):
+    """The two calibration points: interference was set so r* is the EB study's crossover (0.2, 0.8) under the
+    roofline as it now counts parameters. A change to the roofline's terms (issue 35 moved them to 0.25 and 0.78
+    with the old values 2.17 / 0.95) must re-fit them; the band above would not notice."""
+    assert _mixed_crossover(hw) == pytest.approx(target, abs=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(set(hardware_names()) - {"h200", "rtx_pro_6000", "b300"}))
+def test_the_other_profiles_follow_the_bandwidth_rule_of_the_two_calibration_points(name):
+    """interference = a (4.8 TB/s / hbm_bw)^p through (h200, rtx_pro_6000): a and p solved here from the two shipped
+    values, each other profile's value that rule's to two decimals (b300 is held at h200's: not extrapolated)."""
+    h200, rtx = load_hardware("h200"), load_hardware("rtx_pro_6000")
+    p = np.log(rtx.interference / h200.interference) / np.log(h200.hbm_bw / rtx.hbm_bw)
+    hw = load_hardware(name)
+    assert hw.interference == pytest.approx(h200.interference * (h200.hbm_bw / hw.hbm_bw) ** p, abs=0.015)
+
+
 def test_interference_only_hits_mixed_units():
     c = roofline("rtx_pro_6000", "qwen3_8b", dp=2)
     pre = c.pass_time(vec(1024, 0), vec(1024 * 512, 0), vec(0, 0), vec(0, 0))
@@ -361,6 +379,21 @@ def test_every_shipped_model_splits_its_embedding_and_lm_head(name):
     assert m.decoder_params == pytest.approx(m.nonrouted_params - stored)
     assert 0.5 * m.nonrouted_params < m.decoder_params < m.nonrouted_params
     assert m.tie_word_embeddings == (name == "gemma3_1b")  # the one shipped model whose config.json ties them
+
+
+@pytest.mark.parametrize("name,active", [("deepseek_v3", 37e9), ("qwen3_30b_a3b", 3.3e9)])
+def test_a_moe_token_runs_the_published_active_params_less_embedding_and_lm_head(name, active):
+    """MoE accounting after the split: a prefill token that ends no prompt runs the decoder's non-routed GEMMs and its
+    top-k routed experts, i.e. the published active count (DeepSeek-V3 37B, Qwen3-30B-A3B 3.3B, both counting the
+    embedding and LM head) less vocab x hidden twice (config.json: 129280 x 7168, 151936 x 2048; neither ties them).
+    Compute only, experts on the unit (ep = tp = 1), within the 2% the published counts are rounded to."""
+    m = load_model(name)
+    vocab_hidden = {"deepseek_v3": 129280 * 7168, "qwen3_30b_a3b": 151936 * 2048}[name]
+    hw = _compute_only("h200")
+    flops = hw.flops_fp8 if m.weight_bytes <= 1 else hw.flops_bf16
+    z = np.zeros(1)
+    t = RooflineCost(hw, m, InstanceConfig(count=1)).pass_time(vec(1000), z, z, z)
+    assert t * flops * hw.mfu / (2 * 1000) == pytest.approx(active - 2 * vocab_hidden, rel=0.02)
 
 
 def test_prefill_pays_decoder_gemms_and_the_lm_head_once_per_prompt_end():

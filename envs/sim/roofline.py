@@ -56,8 +56,9 @@ class RooflineCost(CostModel):
     plus (1-r)*T prefill tokens from 1000-token prompts (attention pairs = 500 per token);
     m(r) = pass_time / T against pure decode d = pass_time(256 decodes x 1000 KV) / 256;
     the crossover m(r*) = d lies in [0.1, 0.35] on rtx_pro_6000 and [0.65, 0.95] on
-    h200 (EB study: about 0.2 and 0.8). Those two profiles' interference (2.17, 0.95)
-    put r* at 0.20 and 0.80; the others follow 0.95 * (4.8 TB/s / hbm_bw)^0.84.
+    h200 (EB study: about 0.2 and 0.8). Those two profiles' interference (2.72, 0.91)
+    put r* at 0.20 and 0.80; the others follow 0.91 * (4.8 TB/s / hbm_bw)^1.11 (re-fitted
+    with issue 35's parameter counting: 2.17 and 0.95 had put r* at 0.25 and 0.78).
     """
 
     def __init__(self, hw: HardwareProfile, model: ModelProfile, inst: InstanceConfig):
