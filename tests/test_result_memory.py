@@ -4,14 +4,17 @@ the memory-lean summary gives exactly what the frame definitions give."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
 import pandas as pd
 import pytest
-from pdgym.envs.sim import SimResult, Simulator, simulate, steplog
+from pdgym.envs.sim import SUMMARY_KEYS, SimResult, Simulator, simulate, steplog
 from pdgym.envs.sim import requests as R
 from pdgym.envs.sim.events import PassKind
+from pdgym.envs.sim.slo import slo_metrics
 
 LINEAR = {"kind": "linear", "params": {"a_p": 0.01, "b_p": 2e-5, "a_d": 0.008, "b_d": 5e-5}}
 WORKLOAD = {"num_requests": 300, "arrival": "poisson", "rate": 40.0, "prompt": {"dist": "uniform", "low": 16, "high": 2048},
@@ -56,7 +59,12 @@ def frame_summary(res: SimResult) -> dict:
     if not len(dec):
         dec = s[s.kind == PassKind.COLOCATED]
     pre = s[(s.kind != PassKind.DECODE) & (s.util > 0)]
-    good = (fin.ttft <= slo.ttft_s) & (fin.tpot.isna() | (fin.tpot <= slo.tpot_s))
+    t = res.classes
+    codes = r["class"].cat.codes.to_numpy()
+    fcodes = codes[(r.status == "finished").to_numpy()]
+    good = (fin.ttft.to_numpy() <= t.ttft_s[fcodes]) & (fin.tpot.isna().to_numpy() | (fin.tpot.to_numpy() <= t.tpot_s[fcodes]))
+    if t.single:
+        assert (t.ttft_s[0], t.tpot_s[0]) == (slo.ttft_s, slo.tpot_s)
     pct = lambda x, q: float(np.percentile(x, q)) if len(x) else math.nan  # noqa: E731
     mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
     return {
@@ -69,18 +77,69 @@ def frame_summary(res: SimResult) -> dict:
         "barrier_idle_frac": float(np.dot(s.idle_frac, s.dur) / s.dur.sum()),
         "chunk_util_mean": mean(pre.util.to_numpy()), "sched_queue_s": mean(fin.sched_queue.to_numpy()),
         "device_queue_s": mean(fin.device_queue.to_numpy()), "finished": len(fin),
-        "rejected": int((r.status == "rejected").sum()),
+        "rejected": int((r.status == "rejected").sum()), "sim_time_s": span,
+        "goodput_per_gpu": float(good.sum()) / span / res.config.cluster.gpus,
+        "prefix_hit_ratio": float(r.cached.sum()) / max(float(r.prompt.sum()), 1.0),
+        **slo_metrics((r.status == "finished").to_numpy(), r.ttft.to_numpy(), r.tpot.to_numpy(), codes, t,
+                      r.preemptions.to_numpy(), (r.reason == "slo").to_numpy(),
+                      r.predicted_output.to_numpy() if "predicted_output" in r else None, r.output.to_numpy()),
     }
 
 
-@pytest.mark.parametrize("cfg", [disagg(max_sim_time_s=2.0), coloc()], ids=["disagg_horizon", "coloc"])
-def test_summary_is_bit_identical_to_the_frame_definitions(cfg):
-    res = simulate(cfg, seed=3)
-    got, want = res.summary(), frame_summary(res)
-    if "max_sim_time_s" in cfg:
-        assert (res.requests.status == "rejected").any()  # the masks select, not everything
+TIERS = [{"name": "chat", "share": 0.6, "ttft_s": 0.4, "tpot_s": 0.03, "weight": 3.0},
+         {"name": "batch", "share": 0.4, "ttft_s": 5.0, "tpot_s": 0.2, "weight": 1.0}]
+
+
+def tiered() -> dict:
+    cfg = coloc()
+    return {**cfg, "workload": {**cfg["workload"], "classes": TIERS, "predictor": {"kind": "lognormal", "sigma": 1.0}}}
+
+
+def same(got: dict, want: dict) -> None:
     for k, v in want.items():
         assert got[k] == v or (math.isnan(got[k]) and math.isnan(v)), k
+
+
+@pytest.mark.parametrize("cfg", [disagg(max_sim_time_s=2.0), coloc(), tiered()], ids=["disagg_horizon", "coloc", "tiered"])
+def test_summary_is_bit_identical_to_the_frame_definitions(cfg):
+    """summary() reads the run's arrays, never the frames: every key equals its definition on the frames."""
+    res = simulate(cfg, seed=3)
+    assert res._requests is None and res._steps is None  # summary() built no frame
+    got, want = res.summary(), frame_summary(res)
+    assert set(got) - set(want) == {"wall_time_s", "recomputed_tokens", "cache_evictions"}
+    assert set(got) >= set(SUMMARY_KEYS)
+    if "max_sim_time_s" in cfg:
+        assert (res.requests.status == "rejected").any()  # the masks select, not everything
+    if "classes" in cfg["workload"]:
+        assert len(res.classes.names) == 2 and not math.isnan(got["predictor_kendall_tau"])
+    same(got, want)
+
+
+def test_a_result_taken_mid_run_keeps_what_it_saw():
+    """An env's summary is taken mid-run: the result copies the arrays, so running on changes neither its
+    summary nor its tables."""
+    sim = Simulator(disagg(), None, seed=0)
+    sim.run(until=1.0)
+    res = SimResult(sim)
+    rows, finished = len(res.steps), int((sim.req.state == R.FINISHED).sum())
+    sim.run()
+    assert len(res.steps) == rows < len(sim.steps) and res.summary()["finished"] == finished > 0
+    assert int((res.requests.status == "finished").sum()) == finished
+    same(res.summary(), frame_summary(res))
+
+
+def test_simulating_and_summarising_loads_no_pandas():
+    """pandas and pyarrow are ~77 MB of a process's memory (bench_memory): a run with empirical lengths from a
+    shipped trace and its summary() never import them; the frames do, when asked for."""
+    code = ("import sys; from pdgym.envs.sim import simulate; "
+            "cfg = {'hardware': 'h800', 'model': 'deepseek_v3', 'cluster': {'topology': 'disaggregated', "
+            "'prefill': {'count': 1, 'dp': 8, 'tp': 2, 'ep': 16}, 'decode': {'count': 1, 'dp': 32, 'ep': 32}}, "
+            "'workload': {'num_requests': 50, 'arrival': 'poisson', 'rate': 20.0, "
+            "'prompt': {'dist': 'empirical', 'source': 'azure_conv'}, 'output': {'dist': 'empirical', 'source': 'azure_code'}}}; "
+            "res = simulate(cfg, seed=0); m = res.summary(); print('pandas' in sys.modules, m['finished']); "
+            "res.requests; print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["False", "50", "True"]
 
 
 def test_tables_hold_the_declared_widths_and_share_the_run_arrays():

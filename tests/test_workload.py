@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pdgym.envs.sim.config import ConfigError, LengthConfig, WorkloadConfig, WorkloadPhase
-from pdgym.envs.sim.traces import SHIPPED_TRACES, load_trace, trace_path
+from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, load_trace, read_lengths, read_trace, trace_path
 from pdgym.envs.sim.workload import Workload, WorkloadWarning, make_workload, sample_lengths
 
 N = 20_000
@@ -537,3 +537,14 @@ def test_a_rate_for_a_trace_whose_rows_share_one_time_is_said_to_do_nothing(tmp_
     with pytest.warns(WorkloadWarning, match="no span to rescale"):
         wl = make_workload(WorkloadConfig(trace=path, arrival="trace", rate=10.0, num_requests=20), rng())
     assert (wl.arrival == 0).all()
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_TRACES))
+def test_read_lengths_gives_read_traces_columns(name):
+    """Empirical lengths of a shipped CSV come from the csv module, not pandas (bench_memory): the same int64
+    values as read_trace's checked parse, for every column name a LengthConfig accepts."""
+    tr = read_trace(name)
+    for alias, which in COLUMN_ALIASES.items():
+        got, want = read_lengths(name, alias), getattr(tr, which)
+        assert got.dtype == want.dtype == np.int64 and np.array_equal(got, want) and len(got) > 1000
+        assert not got.flags.writeable

@@ -29,6 +29,7 @@ Definitions (every table and leaderboard uses these names):
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -43,7 +44,7 @@ from .safe_files import atomic_path  # noqa: F401 -- the one atomic writer, used
 from .slo import SLO_KEYS, attainment, slo_metrics
 from .validation import ConfigError, check_choice
 
-if TYPE_CHECKING:  # pandas loads when a table is built (0.37 s of import a Gymnasium user need not pay)
+if TYPE_CHECKING:  # pandas loads when a frame is asked for (a plain run and its summary() never need it)
     import pandas as pd
 
 PREFIX_KEYS = ("prefix_hit_ratio", "recomputed_tokens", "cache_evictions")  # prefix-cache metrics
@@ -81,8 +82,35 @@ def _imbalance(kv_max: np.ndarray, kv_min: np.ndarray, rows: np.ndarray) -> floa
     return _mean(gap)
 
 
+def _snapshot(req: R.RequestTable) -> R.RequestTable:
+    """A copy of a running table's arrays: what the result reads stays what it was when taken."""
+    snap = copy.copy(req)
+    for k, v in vars(req).items():
+        if isinstance(v, np.ndarray):
+            setattr(snap, k, v.copy())
+    return snap
+
+
+def _tpot(req: R.RequestTable, multi: np.ndarray) -> np.ndarray:
+    """(finish - first token) / (output - 1) where `multi` (finished with >= 2 tokens), else NaN; in place."""
+    tpot = req.finish - req.first_token
+    np.divide(tpot, req.output - 1, out=tpot, where=multi)
+    tpot[~multi] = np.nan
+    return tpot
+
+
+def _e2e(req: R.RequestTable, finished: np.ndarray) -> np.ndarray:
+    e2e = req.finish - req.arrival
+    e2e[~finished] = np.nan
+    return e2e
+
+
 class SimResult:
-    """What one run produced: `requests` and `steps` DataFrames and `summary()`."""
+    """What one run produced: `requests` and `steps` DataFrames and `summary()`.
+
+    summary() reads the run's NumPy arrays (the request table and the step log's columns) and never loads pandas;
+    the `requests` / `steps` frames are built on first use. A finished run's arrays are final, so the frames and
+    the summary read them in place; a result taken mid-run (an env's summary) copies them when taken."""
 
     def __init__(self, sim):
         self.config = sim.cfg
@@ -93,10 +121,33 @@ class SimResult:
         self.wall_time_s = sim.wall_time_s
         self.slo = sim.cfg.slo
         self.classes = sim.classes  # the run's SLO classes (classes.py); requests' `class` names them
-        self.requests = self._request_table(sim.req, share=sim.finished_run, names=sim.classes.names)
-        self.steps = sim.steps.frame()
+        self._share = bool(sim.finished_run)
+        self._req = sim.req if self._share else _snapshot(sim.req)
+        self._step_cols = sim.steps.columns()  # never written again (steplog.StepLog.columns)
+        self._requests: pd.DataFrame | None = None
+        self._steps: pd.DataFrame | None = None
         self.cache = self._cache_counts(sim)
         self._summary: dict | None = None
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (built on first use)."""
+        if self._requests is None:
+            self._requests = self._request_table(self._req, share=True, names=self.classes.names)
+        return self._requests
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per pass (steplog.COLUMNS; built on first use, sharing the step log's columns)."""
+        if self._steps is None:
+            import pandas as pd
+
+            self._steps = pd.DataFrame(self._step_cols, copy=False)
+        return self._steps
+
+    @property
+    def num_requests(self) -> int:
+        return int(self._req.n)
 
     @staticmethod
     def _cache_counts(sim) -> dict:
@@ -112,22 +163,16 @@ class SimResult:
 
     @staticmethod
     def _request_table(req: R.RequestTable, share: bool = False, names: tuple[str, ...] = ("default",)) -> pd.DataFrame:
-        """One row per request. `share`: a finished run's arrays are final, so the table's plain columns
-        are views of them rather than copies (at 1M requests ~110 MB not held twice); a table taken
-        mid-run copies, so it stays what it was when taken."""
+        """One row per request. `share`: the arrays are final (a finished run's, or a result's snapshot), so
+        the table's plain columns are views of them rather than copies (at 1M requests ~110 MB not held twice)."""
+        import pandas as pd
+
         out = req.output
         first = req.first_token
         finished = req.state == R.FINISHED
         multi = finished & (out > 1)  # finished with at least two tokens: tpot and itl are defined
         # The derived columns are computed in place, no full-length temporaries (each 8 MB at 1M requests).
-        tpot = req.finish - first
-        np.divide(tpot, out - 1, out=tpot, where=multi)
-        tpot[~multi] = np.nan
-        e2e = req.finish - req.arrival
-        e2e[~finished] = np.nan
         extra = {} if req.predicted is None else {"predicted_output": req.predicted}
-        import pandas as pd
-
         frame = pd.DataFrame({
             "id": np.arange(req.n),
             "arrival": req.arrival,
@@ -136,9 +181,9 @@ class SimResult:
             "status": _names(R.STATE_NAMES, req.state),
             "reason": _names(R.REASONS, req.reason),
             "ttft": first - req.arrival,
-            "tpot": tpot,
+            "tpot": _tpot(req, multi),
             "itl": np.where(multi, req.itl_max, np.nan),
-            "e2e": e2e,
+            "e2e": _e2e(req, finished),
             "sched_queue": req.sched_wait,
             "device_queue": req.device_wait,
             "dispatch": req.dispatch,
@@ -157,68 +202,68 @@ class SimResult:
         return frame
 
     def summary(self) -> dict:
-        """The DESIGN section 5 metrics, exactly those keys, as plain floats / ints (NaN if undefined)."""
+        """The DESIGN section 5 metrics, exactly those keys, as plain floats / ints (NaN if undefined). Computed
+        from the run's arrays with the `requests` columns' definitions (_request_table), no frame built."""
         if self._summary is not None:
             return dict(self._summary)
-        r = self.requests
-        # Finished rows column by column, when a metric reads them (a view when every request finished): a
-        # boolean frame index (r[mask]) copied every column of the table, ~170 MB at 1M requests.
-        is_fin = (r.status == "finished").to_numpy()
+        req = self._req
+        n = int(req.n)
+        is_fin = req.state == R.FINISHED
         n_fin = int(is_fin.sum())
 
-        def fin(col: str) -> np.ndarray:
-            x = r[col].to_numpy()
+        def fin(x: np.ndarray) -> np.ndarray:  # the finished rows (a view when every request finished)
             return x if n_fin == len(x) else x[is_fin]
 
-        resolved_end = float(np.nanmax(r.finish.to_numpy())) if len(r) else 0.0  # arrays: no NaN-filled copy
-        start = float(np.nanmin(r.arrival.to_numpy())) if len(r) else 0.0
+        resolved_end = float(np.nanmax(req.finish)) if n else 0.0
+        start = float(np.nanmin(req.arrival)) if n else 0.0
         span = max(resolved_end - start, 1e-12)
-        ttft = fin("ttft")
-        tpot_all = fin("tpot")
+        ttft_all = req.first_token - req.arrival
+        tpot_all = _tpot(req, is_fin & (req.output > 1))
+        ttft = fin(ttft_all)
+        tpot_fin = fin(tpot_all)
+        codes = req.cls.astype(np.int8, copy=False)
         t = self.classes
         if t.single:
-            good = (ttft <= t.ttft_s[0]) & (np.isnan(tpot_all) | (tpot_all <= t.tpot_s[0]))
+            good = (ttft <= t.ttft_s[0]) & (np.isnan(tpot_fin) | (tpot_fin <= t.tpot_s[0]))
         else:
-            codes = r["class"].cat.codes.to_numpy()
-            good = np.logical_and(*attainment(np.ones(n_fin, dtype=bool), ttft, tpot_all,
-                                              codes if n_fin == len(codes) else codes[is_fin], t))
-        tpot = tpot_all[~np.isnan(tpot_all)]  # a copy: the mean first, then p95 may reorder it in place
+            good = np.logical_and(*attainment(np.ones(n_fin, dtype=bool), ttft, tpot_fin, fin(codes), t))
+        tpot = tpot_fin[~np.isnan(tpot_fin)]  # a copy: the mean first, then p95 may reorder it in place
         tpot_mean = _mean(tpot)
         tpot_p95 = float(np.percentile(tpot, 95, overwrite_input=True)) if len(tpot) else math.nan
-        del tpot, tpot_all  # before the step metrics' temporaries
-        s = self.steps
-        kind = s.kind.to_numpy()
+        del tpot, tpot_fin  # before the step metrics' temporaries
+        s = self._step_cols
+        kind = s["kind"]
         is_dec = kind == PassKind.DECODE
         if not is_dec.any():
             is_dec = kind == PassKind.COLOCATED
-        is_pre = (kind != PassKind.DECODE) & (s.util.to_numpy() > 0)  # prefill and colocated passes with prefill work
-        dur = s.dur.to_numpy()
+        is_pre = (kind != PassKind.DECODE) & (s["util"] > 0)  # prefill and colocated passes with prefill work
+        dur = s["dur"]
+        out_fin = fin(req.output)
         out = {
             "ttft_mean": _mean(ttft),
             "ttft_p50": _pct(ttft, 50),
             "ttft_p99": _pct(ttft, 99),
             "tpot_mean": tpot_mean,
             "tpot_p95": tpot_p95,
-            "e2e_p99": _pct(fin("e2e"), 99),
-            "throughput_tok_s": float(fin("output").sum()) / span,
-            "total_tok_s": float(fin("output").sum() + fin("prompt").sum()) / span,
+            "e2e_p99": _pct(fin(_e2e(req, is_fin)), 99),
+            "throughput_tok_s": float(out_fin.sum()) / span,
+            "total_tok_s": float(out_fin.sum() + fin(req.prompt).sum()) / span,
             "rps": n_fin / span,
             "goodput_rps": float(good.sum()) / span,
             "goodput_per_gpu": float(good.sum()) / span / self.config.cluster.gpus,
-            "imbalance_mean": _imbalance(s.kv_max.to_numpy(), s.kv_min.to_numpy(), is_dec),
-            "barrier_idle_frac": float(np.dot(s.idle_frac, dur) / dur.sum()) if dur.sum() > 0 else 0.0,
-            "chunk_util_mean": _mean(s.util.to_numpy()[is_pre]),
-            "sched_queue_s": _mean(fin("sched_queue")),
-            "device_queue_s": _mean(fin("device_queue")),
+            "imbalance_mean": _imbalance(s["kv_max"], s["kv_min"], is_dec),
+            "barrier_idle_frac": float(np.dot(s["idle_frac"], dur) / dur.sum()) if dur.sum() > 0 else 0.0,
+            "chunk_util_mean": _mean(s["util"][is_pre]),
+            "sched_queue_s": _mean(fin(req.sched_wait)),
+            "device_queue_s": _mean(fin(req.device_wait)),
             "finished": n_fin,
-            "rejected": int((r.status == "rejected").sum()),
+            "rejected": int((req.state == R.REJECTED).sum()),
             "sim_time_s": span,
             "wall_time_s": float(self.wall_time_s),
-            "prefix_hit_ratio": float(r.cached.sum()) / max(float(r.prompt.sum()), 1.0),
+            "prefix_hit_ratio": float(req.cached.sum()) / max(float(req.prompt.sum()), 1.0),
             **self.cache,
-            **slo_metrics(is_fin, r.ttft.to_numpy(), r.tpot.to_numpy(), r["class"].cat.codes.to_numpy(), t,
-                          r.preemptions.to_numpy(), (r.reason == "slo").to_numpy(),
-                          r.predicted_output.to_numpy() if "predicted_output" in r else None, r.output.to_numpy()),
+            **slo_metrics(is_fin, ttft_all, tpot_all, codes, t, req.preemptions, req.reason == R.REASONS.index("slo"),
+                          req.predicted, req.output),
         }
         self._summary = out
         return dict(out)
@@ -226,7 +271,7 @@ class SimResult:
     def metrics(self) -> dict:
         """summary() plus num_requests: what metrics.json holds."""
         m = self.summary()
-        m["num_requests"] = len(self.requests)
+        m["num_requests"] = self.num_requests
         return m
 
     def write(self, out_dir: str | Path, tables: str = "csv") -> Path:

@@ -64,10 +64,10 @@ class StepLog:
     def __len__(self) -> int:
         return self._n_chunked + len(self._rows)
 
-    def frame(self) -> pd.DataFrame:
-        """Every row so far as a DataFrame, one contiguous array per column. The chunks are merged into
-        those columns once and then dropped; the frame shares the columns (never written again: rows
-        recorded later go to new chunks), so the table is not held twice."""
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every row so far, one contiguous array per column (no pandas). The chunks are merged into those
+        columns once and then dropped; the arrays are never written again (rows recorded later go to new
+        chunks and a later call merges into new arrays), so a caller may keep them as a snapshot."""
         self._flush()
         if self._columns is None or self._chunks:
             parts = ([self._columns] if self._columns is not None else []) + self._chunks
@@ -82,6 +82,10 @@ class StepLog:
                 at += k
                 del part
             self._columns = cols
+        return self._columns
+
+    def frame(self) -> pd.DataFrame:
+        """Every row so far as a DataFrame sharing columns() (the table is not held twice)."""
         import pandas as pd
 
-        return pd.DataFrame(self._columns, copy=False)
+        return pd.DataFrame(self.columns(), copy=False)

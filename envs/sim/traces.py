@@ -17,6 +17,7 @@ file with one `ConfigError` line naming the key, the line and the field; how a t
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
@@ -33,7 +34,8 @@ from pdgym.envs.sim.validation import ConfigError, check
 if TYPE_CHECKING:  # pandas loads when a table is built (0.37 s of import a Gymnasium user need not pay)
     import pandas as pd
 
-__all__ = ["CLASS_COLUMN", "COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_trace", "trace_path"]
+__all__ = ["CLASS_COLUMN", "COLUMN_ALIASES", "SHIPPED_TRACES", "Trace", "load_trace", "read_lengths", "read_trace",
+           "trace_path"]
 
 SHIPPED_TRACES: dict[str, str] = {
     "azure_conv": "AzureLLMInferenceTrace_conv.csv",
@@ -334,6 +336,35 @@ def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
     path = check_regular_file(trace_path(spec, key), MAX_TRACE_BYTES, key)  # a regular file, its size, before reading
     st = path.stat()
     return _read_trace_cached(str(path.resolve()), st.st_mtime_ns, st.st_size, key)
+
+
+def read_lengths(spec: str | os.PathLike, column: str, key: str = "workload.trace") -> np.ndarray:
+    """The prompt or output lengths (`column`: a COLUMN_ALIASES name) of a trace, int64, read-only. A shipped CSV
+    trace is read with the csv module, that one column, without pandas (whose import is ~77 MB of a process's
+    memory, bench_memory); the shipped files are well formed (tests/test_traces.py checks this path gives
+    read_trace's columns). Any other file goes through read_trace and its checks."""
+    which = COLUMN_ALIASES[column]
+    if isinstance(spec, str) and SHIPPED_TRACES.get(spec, "").endswith(".csv"):
+        path = check_regular_file(trace_path(spec, key), MAX_TRACE_BYTES, key)
+        st = path.stat()
+        return _shipped_column(str(path.resolve()), st.st_mtime_ns, st.st_size, which)
+    tr = read_trace(spec, key)
+    return tr.prompt if which == "prompt" else tr.output
+
+
+@functools.lru_cache(maxsize=16)
+def _shipped_column(path: str, mtime_ns: int, size: int, which: str) -> np.ndarray:
+    del mtime_ns, size  # cache key only
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        header = [c.strip() for c in next(rows)]
+        fmt = 0 if "ContextTokens" in header else 1  # Azure, else vidur
+        name = (("ContextTokens", "num_prefill_tokens") if which == "prompt" else
+                ("GeneratedTokens", "num_decode_tokens"))[fmt]
+        i = header.index(name)
+        vals = np.array([int(r[i]) for r in rows], dtype=np.int64)
+    vals.setflags(write=False)
+    return vals
 
 
 def load_trace(spec: str | os.PathLike, offset: int = 0, limit: int | None = None,

@@ -107,7 +107,7 @@ from pdgym.envs.sim.classes import assign_classes, label_classes
 from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
 from pdgym.envs.sim.notices import PdgymWarning
 from pdgym.envs.sim.prediction import predict_lengths
-from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, read_trace
+from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, read_lengths, read_trace
 from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_positive
 
 __all__ = ["Workload", "WorkloadWarning", "make_workload", "sample_lengths"]
@@ -195,8 +195,7 @@ def _empirical_pool(cfg: LengthConfig, key: str) -> np.ndarray:
         check(col in ("prompt", "output"), f"{key}.column",
               "empirical with `source` needs column: prompt or output")
     check(col in COLUMN_ALIASES, f"{key}.column", f"got {col!r}; allowed: {', '.join(COLUMN_ALIASES)}")
-    tr = read_trace(cfg.source, f"{key}.source")
-    return (tr.prompt if COLUMN_ALIASES[col] == "prompt" else tr.output).astype(np.float64)
+    return read_lengths(cfg.source, col, f"{key}.source").astype(np.float64)
 
 
 # --------------------------------------------------------------------------- prefixes
