@@ -1,6 +1,8 @@
 """Peak memory (max RSS) of one simulation of 1,000,000 requests, in a fresh subprocess so nothing else
 of the bench counts: the DeepSeek-V3 disaggregated scenario with Poisson arrivals at 60 req/s and
-Azure-conversation lengths (empirical), default policies. Also the interpreter's baseline RSS after
+Azure-conversation lengths (empirical), default policies, the run read by its summary() only
+(Simulator(step_log=False): no step table, only the passes' figures the summary reads; no pandas loaded).
+Also the interpreter's baseline RSS after
 the same imports, so the per-request cost can be read off, and the RSS after each stage (construction: the
 request table; `run()`: the step log and the columns the run writes; `SimResult`: the result frames), so the
 peak's parts can be read off too (docs/performance.md, "Where the remaining time is")."""
@@ -30,7 +32,7 @@ cfg = {"hardware": "h800", "model": "deepseek_v3",
        "workload": {"num_requests": n, "arrival": "poisson", "rate": 60.0,
                     "prompt": {"dist": "empirical", "source": "azure_conv"},
                     "output": {"dist": "empirical", "source": "azure_conv"}}}
-sim = Simulator(cfg, None, seed=0)
+sim = Simulator(cfg, None, seed=0, step_log=False)  # a run read by its summary only: no step table kept
 built = status_kb("VmRSS")
 t = time.perf_counter()
 sim.run()

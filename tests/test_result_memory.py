@@ -115,6 +115,27 @@ def test_summary_is_bit_identical_to_the_frame_definitions(cfg):
     same(got, want)
 
 
+@pytest.mark.parametrize("cfg", [disagg(max_sim_time_s=2.0), coloc(), tiered()], ids=["disagg_horizon", "coloc", "tiered"])
+def test_a_run_without_a_step_table_has_the_same_summary(cfg, monkeypatch):
+    """Simulator(step_log=False) keeps of each pass only what summary() reads (steplog.SummaryLog, 25 of 65
+    bytes a pass): the same run, and every summary figure the same number, as with the full step table."""
+    monkeypatch.setattr(steplog, "CHUNK", 16)  # many chunks, merged in order
+    full, lean = Simulator(cfg, None, seed=3), Simulator(cfg, None, seed=3, step_log=False)
+    full.run()
+    lean.run()
+    a, b = SimResult(full), SimResult(lean)
+    assert len(full.steps) == len(lean.steps) > 4 * steplog.CHUNK
+    kinds = set(a.steps.kind.tolist())
+    assert kinds == ({int(PassKind.COLOCATED)} if "colocated" in cfg["cluster"] else
+                     {int(PassKind.PREFILL), int(PassKind.DECODE)})
+    got, want = b.summary(), a.summary()
+    assert set(got) == set(want)
+    same({k: v for k, v in got.items() if k != "wall_time_s"}, {k: v for k, v in want.items() if k != "wall_time_s"})
+    assert sum(v.nbytes for v in lean.steps.columns().values()) < 0.5 * len(lean.steps) * STEP_ROW
+    with pytest.raises(RuntimeError, match="step_log=False"):
+        b.steps  # noqa: B018
+
+
 def test_a_result_taken_mid_run_keeps_what_it_saw():
     """An env's summary is taken mid-run: the result copies the arrays, so running on changes neither its
     summary nor its tables."""

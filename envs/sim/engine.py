@@ -36,7 +36,7 @@ from .points import POINTS, resolve_policies
 from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
-from .steplog import StepLog
+from .steplog import StepLog, SummaryLog
 from .view import RunView
 from .workload import make_workload
 
@@ -55,7 +55,10 @@ class Simulator:
     awaiting decode admission), both in `queue_order` (ordering.py; None: arrival order), `prefill` / `decode` /
     `colocated`, `prefill_healthy`, `rng` (the policies' generator)."""
 
-    def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0):
+    def __init__(self, config: SimConfig | dict | Any, policies: dict | None = None, seed: int = 0,
+                 step_log: bool = True):
+        """`step_log=False`: keep of the passes only what SimResult.summary() reads (steplog.SummaryLog), for a
+        run nobody reads pass by pass (no steps table, no plot of passes)."""
         cfg = sim_config(config)
         self.cfg = cfg
         # numpy integers too (seeds drawn from arrays); 1.5, "3", None or -1 fail in one line, not inside numpy
@@ -98,7 +101,7 @@ class Simulator:
         self.tokens_out = 0  # output tokens produced (conservation check)
         self.dropped_signals = 0
         self.n_events = 0
-        self.steps = StepLog(float_reqs=cl.topology == "colocated")
+        self.steps = (StepLog if step_log else SummaryLog)(float_reqs=cl.topology == "colocated")
         self.observers: list[Observer] = []
         self._heap: list[tuple] = []
         self._seq = 0

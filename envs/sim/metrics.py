@@ -61,10 +61,6 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if len(x) else math.nan
 
 
-def _pct(x: np.ndarray, q: float) -> float:
-    return float(np.percentile(x, q)) if len(x) else math.nan
-
-
 def _names(names: tuple[str, ...], codes: np.ndarray):
     """The string column of `codes`: the names as pandas stores strings (object, or pandas 3's str dtype), taken
     by code. An object array of the names first cost 8 bytes a row more at the peak, then a conversion."""
@@ -140,6 +136,8 @@ class SimResult:
     def steps(self) -> pd.DataFrame:
         """One row per pass (steplog.COLUMNS; built on first use, sharing the step log's columns)."""
         if self._steps is None:
+            if "kind" not in self._step_cols:
+                raise RuntimeError("this run kept no step table (Simulator(step_log=False)): only its summary()")
             import pandas as pd
 
             self._steps = pd.DataFrame(self._step_cols, copy=False)
@@ -217,43 +215,65 @@ class SimResult:
         resolved_end = float(np.nanmax(req.finish)) if n else 0.0
         start = float(np.nanmin(req.arrival)) if n else 0.0
         span = max(resolved_end - start, 1e-12)
+        # Each full-length temporary is dropped once read (at 1M requests each is 8 MB at the summary's peak):
+        # the SLO keys first, while TTFT and TPOT are whole; percentiles then reorder the arrays this method owns.
+        tpot_all = _tpot(req, is_fin & (req.output > 1))  # first: its divisor is a full-length temporary too
         ttft_all = req.first_token - req.arrival
-        tpot_all = _tpot(req, is_fin & (req.output > 1))
-        ttft = fin(ttft_all)
-        tpot_fin = fin(tpot_all)
         codes = req.cls.astype(np.int8, copy=False)
         t = self.classes
+        slo = slo_metrics(is_fin, ttft_all, tpot_all, codes, t, req.preemptions, req.reason == R.REASONS.index("slo"),
+                          req.predicted, req.output)
+        ttft = fin(ttft_all)
+        tpot_fin = fin(tpot_all)
+        del ttft_all, tpot_all
         if t.single:
             good = (ttft <= t.ttft_s[0]) & (np.isnan(tpot_fin) | (tpot_fin <= t.tpot_s[0]))
         else:
             good = np.logical_and(*attainment(np.ones(n_fin, dtype=bool), ttft, tpot_fin, fin(codes), t))
+        n_good = float(good.sum())
+        del good
         tpot = tpot_fin[~np.isnan(tpot_fin)]  # a copy: the mean first, then p95 may reorder it in place
+        del tpot_fin
         tpot_mean = _mean(tpot)
         tpot_p95 = float(np.percentile(tpot, 95, overwrite_input=True)) if len(tpot) else math.nan
-        del tpot, tpot_fin  # before the step metrics' temporaries
+        del tpot
+        ttft_mean = _mean(ttft)  # before the percentiles reorder it
+        ttft_p50 = float(np.percentile(ttft, 50, overwrite_input=True)) if len(ttft) else math.nan
+        ttft_p99 = float(np.percentile(ttft, 99, overwrite_input=True)) if len(ttft) else math.nan
+        del ttft
+        e2e = fin(_e2e(req, is_fin))
+        e2e_p99 = float(np.percentile(e2e, 99, overwrite_input=True)) if len(e2e) else math.nan
+        del e2e
         s = self._step_cols
-        kind = s["kind"]
-        is_dec = kind == PassKind.DECODE
-        if not is_dec.any():
-            is_dec = kind == PassKind.COLOCATED
-        is_pre = (kind != PassKind.DECODE) & (s["util"] > 0)  # prefill and colocated passes with prefill work
         dur = s["dur"]
+        if "kind" in s:  # the full step log
+            kind = s["kind"]
+            is_dec = kind == PassKind.DECODE
+            if not is_dec.any():
+                is_dec = kind == PassKind.COLOCATED
+            imbalance = _imbalance(s["kv_max"], s["kv_min"], is_dec)
+            del is_dec
+            pre_util = s["util"][(kind != PassKind.DECODE) & (s["util"] > 0)]  # passes with prefill work
+        else:  # steplog.SummaryLog: the same selections, taken as the rows came
+            gap = s["dec_gap"] if len(s["dec_gap"]) else s["coloc_gap"]
+            imbalance = _mean(gap) if len(gap) else 0.0
+            pre_util = s["pre_util"]
         out_fin = fin(req.output)
         out = {
-            "ttft_mean": _mean(ttft),
-            "ttft_p50": _pct(ttft, 50),
-            "ttft_p99": _pct(ttft, 99),
+            "ttft_mean": ttft_mean,
+            "ttft_p50": ttft_p50,
+            "ttft_p99": ttft_p99,
             "tpot_mean": tpot_mean,
             "tpot_p95": tpot_p95,
-            "e2e_p99": _pct(fin(_e2e(req, is_fin)), 99),
+            "e2e_p99": e2e_p99,
             "throughput_tok_s": float(out_fin.sum()) / span,
             "total_tok_s": float(out_fin.sum() + fin(req.prompt).sum()) / span,
             "rps": n_fin / span,
-            "goodput_rps": float(good.sum()) / span,
-            "goodput_per_gpu": float(good.sum()) / span / self.config.cluster.gpus,
-            "imbalance_mean": _imbalance(s["kv_max"], s["kv_min"], is_dec),
+            "goodput_rps": n_good / span,
+            "goodput_per_gpu": n_good / span / self.config.cluster.gpus,
+            "imbalance_mean": imbalance,
             "barrier_idle_frac": float(np.dot(s["idle_frac"], dur) / dur.sum()) if dur.sum() > 0 else 0.0,
-            "chunk_util_mean": _mean(s["util"][is_pre]),
+            "chunk_util_mean": _mean(pre_util),
             "sched_queue_s": _mean(fin(req.sched_wait)),
             "device_queue_s": _mean(fin(req.device_wait)),
             "finished": n_fin,
@@ -262,8 +282,7 @@ class SimResult:
             "wall_time_s": float(self.wall_time_s),
             "prefix_hit_ratio": float(req.cached.sum()) / max(float(req.prompt.sum()), 1.0),
             **self.cache,
-            **slo_metrics(is_fin, ttft_all, tpot_all, codes, t, req.preemptions, req.reason == R.REASONS.index("slo"),
-                          req.predicted, req.output),
+            **slo,
         }
         self._summary = out
         return dict(out)

@@ -34,16 +34,17 @@ PER_CLASS = ("slo_attainment", "slo_ttft_attainment", "slo_tpot_attainment", "tt
 def attainment(finished: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, cls: np.ndarray,
                table: ClassTable) -> tuple[np.ndarray, np.ndarray]:
     """Per request: (TTFT within its class's SLO, TPOT within it), both False for a request that did not finish."""
+    one = table.single  # one class: its thresholds as scalars, not gathered per request (8 MB each at 1M)
     with np.errstate(invalid="ignore"):
-        ttft_ok = finished & (ttft <= table.ttft_s[cls])
-        tpot_ok = finished & (np.isnan(tpot) | (tpot <= table.tpot_s[cls]))
+        ttft_ok = finished & (ttft <= (table.ttft_s[0] if one else table.ttft_s[cls]))
+        tpot_ok = finished & (np.isnan(tpot) | (tpot <= (table.tpot_s[0] if one else table.tpot_s[cls])))
     return ttft_ok, tpot_ok
 
 
 def _weighted(ok: np.ndarray, cls: np.ndarray, table: ClassTable) -> float:
-    w = table.weight[cls]
-    total = float(w.sum())
-    return float(w[ok].sum()) / total if total > 0 else math.nan
+    total = float(table.weight[cls].sum())
+    got = float(table.weight[cls[ok]].sum())  # the same values as weight[cls][ok], one full-length gather at a time
+    return got / total if total > 0 else math.nan
 
 
 def _stat(x: np.ndarray, fn) -> float:

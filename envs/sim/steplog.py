@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .events import PassKind
+
 if TYPE_CHECKING:  # pandas loads when a table is built (0.37 s of import a Gymnasium user need not pay)
     import pandas as pd
 
@@ -89,3 +91,55 @@ class StepLog:
         import pandas as pd
 
         return pd.DataFrame(self.columns(), copy=False)
+
+
+class SummaryLog(StepLog):
+    """The step log of a run nobody reads pass by pass (Simulator(step_log=False)): only what summary() reads,
+    ~25 bytes a pass instead of 65 (at 1M requests ~55 MB less at the peak, bench_memory). Rows arrive as in
+    StepLog; each chunk keeps `dur` and `idle_frac` of every pass, kv_max - kv_min of the decode passes and of the
+    colocated ones (in order), and `util` of the passes with prefill work (not decode, util > 0): exactly the
+    selections summary() takes from the full columns, so its figures are the same numbers bit for bit."""
+
+    def _flush(self) -> None:
+        rows = self._rows
+        if rows:
+            block = np.array(rows, dtype=self.dtype)
+            kind = block["kind"]
+            gap = block["kv_max"] - block["kv_min"]
+            parts = {"dur": block["dur"], "idle_frac": block["idle_frac"],
+                     "dec_gap": gap[kind == PassKind.DECODE], "coloc_gap": gap[kind == PassKind.COLOCATED],
+                     "pre_util": block["util"][(kind != PassKind.DECODE) & (block["util"] > 0)]}
+            # one anonymous map per chunk, as StepLog's: merged and unmapped, its pages go back at once
+            buf = mmap.mmap(-1, sum(v.nbytes for v in parts.values()) + 8)
+            chunk, at = {}, 0
+            for k, v in parts.items():  # every part 8-byte items: each offset stays aligned
+                chunk[k] = np.frombuffer(buf, dtype=v.dtype, count=len(v), offset=at)
+                chunk[k][...] = v
+                at += v.nbytes
+            self._chunks.append(chunk)
+            self._n_chunked += len(rows)
+            self._rows = []
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The kept parts (dur, idle_frac, dec_gap, coloc_gap, pre_util), each one contiguous array of the rows so
+        far, merged chunk by chunk (each unmapped once copied: the parts are never held twice)."""
+        self._flush()
+        if self._columns is None or self._chunks:
+            parts = ([self._columns] if self._columns is not None else []) + self._chunks
+            self._chunks = []
+            kinds = {"dur": np.float64, "idle_frac": np.float64, "dec_gap": np.int64, "coloc_gap": np.int64,
+                     "pre_util": np.float64}
+            cols = {p: np.empty(sum(len(c[p]) for c in parts), t) for p, t in kinds.items()}
+            at = dict.fromkeys(kinds, 0)
+            while parts:
+                part = parts.pop(0)
+                for p in kinds:
+                    k = len(part[p])
+                    cols[p][at[p]:at[p] + k] = part[p]
+                    at[p] += k
+                del part
+            self._columns = cols
+        return self._columns
+
+    def frame(self):
+        raise RuntimeError("this run kept no step table (Simulator(step_log=False)): only its summary() figures")
