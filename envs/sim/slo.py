@@ -42,8 +42,13 @@ def attainment(finished: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, cls: np
 
 
 def _weighted(ok: np.ndarray, cls: np.ndarray, table: ClassTable) -> float:
-    total = float(table.weight[cls].sum())
-    got = float(table.weight[cls[ok]].sum())  # the same values as weight[cls][ok], one full-length gather at a time
+    if table.single:  # one weight: a stride-0 view of it, summed as the gathered copy is (8 MB less at 1M requests)
+        def w(m: int) -> np.ndarray:
+            return np.broadcast_to(table.weight[0], (m,))
+        total, got = float(w(len(cls)).sum()), float(w(int(ok.sum())).sum())
+    else:
+        total = float(table.weight[cls].sum())
+        got = float(table.weight[cls[ok]].sum())  # the values of weight[cls][ok], one full-length gather at a time
     return got / total if total > 0 else math.nan
 
 

@@ -203,8 +203,8 @@ def _prefixes(cfg: WorkloadConfig, prompt: np.ndarray, rng: np.random.Generator)
     n = prompt.shape[0]
     groups = int(cfg.prefix_groups)
     check(groups >= 0, "workload.prefix_groups", f"got {cfg.prefix_groups}; must be >= 0")
-    if groups == 0:
-        return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    if groups == 0:  # no prefixes: every key -1, a read-only stride-0 view (8 MB not written at 1M requests)
+        return np.broadcast_to(np.int64(-1), (n,)), np.zeros(n, dtype=np.int64)
     zipf = float(getattr(cfg, "prefix_zipf", 0.0) or 0.0)
     check(zipf >= 0, "workload.prefix_zipf", f"got {zipf}; must be >= 0")
     if zipf == 0.0:
