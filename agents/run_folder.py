@@ -210,6 +210,17 @@ def _owner(fd: int) -> str | None:
     return app[:40] if isinstance(app, str) and app and app != "pdgym" else None
 
 
+# What pdgym writes as files in a run folder is named with one of these suffixes, and it makes no folder so named:
+# a folder there (steps.csv/) is refused when a Hydra run's folder is claimed, before a run whose write would fail on it.
+FILE_SUFFIXES = (".json", ".csv", ".parquet", ".png", ".zip", ".yaml", ".html", ".md", ".txt", ".gif")
+
+
+def folders_at_file_names(path: Path) -> list[str]:
+    """Entries of the folder `path` that are folders (not links) named like a file pdgym writes (`FILE_SUFFIXES`)."""
+    return [e.name for e in sorted(os.scandir(path), key=lambda e: e.name)
+            if e.name.endswith(FILE_SUFFIXES) and e.is_dir(follow_symlinks=False)]
+
+
 def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     """Check `path` (`check`), create it if new, mark it as pdgym's and lock it against a second writer.
     A folder belongs to the app that made it (the marker names it): another app's claim is refused, as
@@ -289,6 +300,9 @@ def claim_hydra(hydra_node, job_cfg, mode: str, app: str, user_given: bool) -> R
     try:
         subdir = hydra_node.get("output_subdir")
         refuse_links_where_hydra_writes(folder.path, key, mode, None if subdir is None else str(subdir))
+        if mode == "run" and (odd := folders_at_file_names(folder.path)):  # (a sweep's job folders are named freely)
+            raise ConfigError(f"{key}: {folder.path / odd[0]} is a folder where pdgym writes a file (a result of that "
+                              "name); move it away, or give another folder")
     except ConfigError:
         folder.discard()
         raise
