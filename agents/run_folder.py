@@ -221,6 +221,29 @@ def folders_at_file_names(path: Path) -> list[str]:
             if e.name.endswith(FILE_SUFFIXES) and e.is_dir(follow_symlinks=False)]
 
 
+def _not_yours(key: str, path: Path, owner: str, app: str) -> str:
+    return (f"{key}: {path} is a {owner} run folder; {app} writes its results into a folder of its own (its files "
+            f"would replace {owner}'s): give another folder")
+
+
+def check_owner(path: str | os.PathLike, key: str, app: str) -> None:
+    """A ConfigError naming `key` when `path` is a run folder another app made (its marker names that app); a
+    folder that is not pdgym's, or whose marker names no app, passes (`claim` and `is_ours` judge those)."""
+    p = Path(path)
+    if not is_ours(p):
+        return
+    try:
+        fd = os.open(p / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        owner = _owner(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+    if owner is not None and owner != app:
+        raise ConfigError(_not_yours(key, p, owner, app))
+
+
 def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     """Check `path` (`check`), create it if new, mark it as pdgym's and lock it against a second writer.
     A folder belongs to the app that made it (the marker names it): another app's claim is refused, as
@@ -248,8 +271,7 @@ def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     owner = _owner(fd)
     if owner is not None and owner != app and app != "pdgym":
         os.close(fd)
-        raise ConfigError(f"{key}: {p} is a {owner} run folder; {app} writes its results into a folder of its own "
-                          f"(its files would replace {owner}'s): give another folder")
+        raise ConfigError(_not_yours(key, p, owner, app))
     info = json.dumps({"app": app, "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n"
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)

@@ -527,3 +527,20 @@ def test_a_folder_where_a_result_file_goes_is_refused_before_the_run(name, tmp_p
                              capsys)
     _one_line(code, lines, err, "pdgym-sim", f"{name} is a folder where pdgym writes a file")
     assert {k: v for k, v in _tree(run).items() if k != MARKER} == {k: v for k, v in before.items() if k != MARKER}
+
+
+@pytest.mark.parametrize("where", ["r", "r.previous", "r.partial"])
+def test_repro_neither_moves_nor_deletes_another_apps_run(where, tmp_path, monkeypatch, capsys):
+    """pdgym-repro moves its previous run to NAME.previous and deletes an older one: a pdgym-sim run folder at
+    NAME (or NAME.previous, NAME.partial) is refused in one line, before the run, and stays as it was."""
+    import json
+
+    run = tmp_path / where
+    run.mkdir()
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    (run / "metrics.json").write_text('{"objective": 1.0}\n')
+    before = _tree(tmp_path)
+    code, lines, err = _run("pdgym-repro", ["md1_check", "repro.num_requests=300", f"hydra.run.dir={tmp_path / 'r'}"],
+                            tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-repro", "is a pdgym-sim run folder")
+    assert _tree(tmp_path) == before
