@@ -187,6 +187,8 @@ OTHERS = [
     ("pdgym-train", ["normalize.clip_obs=inf"], "normalize.clip_obs"),
     ("pdgym-train", ["agent.net_arch=[-1]"], "agent.net_arch"), ("pdgym-train", ["agent.net_arch=[64,0]"], "agent.net_arch"),
     ("pdgym-train", ["agent.net_arch=[a]"], "agent.net_arch"), ("pdgym-train", ["progress=maybe"], "progress"),
+    ("pdgym-train", ["progress=3"], "progress: got 3; must be true or false"),
+    ("pdgym-train", ["normalize.obs=2"], "normalize.obs: got 2"),
     ("pdgym-train", ["name=${nonexistent}"], "name"),
     ("pdgym-eval", ["policy=[1,2]"], "policy: got [1, 2]"), ("pdgym-eval", ["policy={a: 1}"], "policy: got"),
     ("pdgym-enjoy", ["policy=[1]", "scenario=decode_tier_n16"], "policy: got [1]"),
