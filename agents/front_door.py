@@ -65,6 +65,57 @@ def refuse_rerun(flags: list[str], app: str) -> None:
                       f"rerun a job with its overrides from the run folder's .hydra/overrides.yaml instead")
 
 
+# Hydra 1.3's flags (hydra/_internal/utils.get_args_parser): name -> None (no value), () (a value of any kind) or
+# the values allowed; --info's value is optional. Its argparse answers an unknown flag or value with a usage block.
+HYDRA_FLAGS: dict[str, tuple[str, ...] | None] = {
+    "--help": None, "-h": None, "--hydra-help": None, "--version": None, "--cfg": ("job", "hydra", "all"),
+    "-c": ("job", "hydra", "all"), "--resolve": None, "--package": (), "-p": (), "--run": None, "-r": None,
+    "--multirun": None, "-m": None, "--shell-completion": None, "-sc": None, "--config-path": (), "-cp": (),
+    "--config-name": (), "-cn": (), "--config-dir": (), "-cd": (), "--experimental-rerun": (),
+    "--info": tuple(sorted(_INFO_VALUES)), "-i": tuple(sorted(_INFO_VALUES)),
+}
+
+
+def _flag_name(arg: str) -> str | None:
+    """The Hydra flag `arg` names (argparse also takes an unambiguous prefix of a long flag), else None."""
+    name = arg.split("=", 1)[0]
+    if name in HYDRA_FLAGS:
+        return name
+    longs = [f for f in HYDRA_FLAGS if f.startswith("--") and f.startswith(name)] if name.startswith("--") else []
+    return longs[0] if len(longs) == 1 else None
+
+
+def check_flags(argv: list[str], app: str) -> None:
+    """Fail with one line (not Hydra's argparse usage block) if a flag is not one of Hydra's, or its value is
+    missing or not allowed (`--cfg bogus`, `--info bogus`)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if not a.startswith("-") or (not a.startswith("--") and "=" in a):  # an override (or a negative value)
+            continue
+        name = _flag_name(a)
+        if name is None:
+            flags = ", ".join(f for f in HYDRA_FLAGS if f.startswith("--"))
+            fail(app, f"{a.split('=', 1)[0]}: unknown flag; {app} takes key=value overrides and Hydra's flags: "
+                      f"{flags} (--help lists the config groups)")
+        allowed = HYDRA_FLAGS[name]
+        if allowed is None:
+            continue
+        optional = name in ("--info", "-i")
+        if "=" in a:
+            value = a.split("=", 1)[1]
+        elif i < len(argv) and not argv[i].startswith("-"):  # argparse takes it, even for --info
+            value, i = argv[i], i + 1
+        elif optional:
+            continue
+        else:
+            want = f": {', '.join(allowed)}" if allowed else ""
+            fail(app, f"{name}: needs a value{want}")
+        if allowed and value not in allowed:
+            fail(app, f"{name}: unknown {value!r}; allowed: {', '.join(allowed)}")
+
+
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(Hydra flags with their values, overrides)."""
     flags, overrides, i = [], [], 0
@@ -395,6 +446,7 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 args = rewrite_argv(args)
             flags, overrides = split_argv(args)
             refuse_rerun(flags, app)
+            check_flags(args, app)
             if any(f in ("--help", "-h") for f in flags):
                 print(app_help(app, config_name, sys.modules[mod].__doc__ or ""))
                 raise SystemExit(0)

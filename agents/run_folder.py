@@ -210,6 +210,40 @@ def _owner(fd: int) -> str | None:
     return app[:40] if isinstance(app, str) and app and app != "pdgym" else None
 
 
+# What pdgym writes as files in a run folder is named with one of these suffixes, and it makes no folder so named:
+# a folder there (steps.csv/) is refused when a Hydra run's folder is claimed, before a run whose write would fail on it.
+FILE_SUFFIXES = (".json", ".csv", ".parquet", ".png", ".zip", ".yaml", ".html", ".md", ".txt", ".gif")
+
+
+def folders_at_file_names(path: Path) -> list[str]:
+    """Entries of the folder `path` that are folders (not links) named like a file pdgym writes (`FILE_SUFFIXES`)."""
+    return [e.name for e in sorted(os.scandir(path), key=lambda e: e.name)
+            if e.name.endswith(FILE_SUFFIXES) and e.is_dir(follow_symlinks=False)]
+
+
+def _not_yours(key: str, path: Path, owner: str, app: str) -> str:
+    return (f"{key}: {path} is a {owner} run folder; {app} writes its results into a folder of its own (its files "
+            f"would replace {owner}'s): give another folder")
+
+
+def check_owner(path: str | os.PathLike, key: str, app: str) -> None:
+    """A ConfigError naming `key` when `path` is a run folder another app made (its marker names that app); a
+    folder that is not pdgym's, or whose marker names no app, passes (`claim` and `is_ours` judge those)."""
+    p = Path(path)
+    if not is_ours(p):
+        return
+    try:
+        fd = os.open(p / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        owner = _owner(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+    if owner is not None and owner != app:
+        raise ConfigError(_not_yours(key, p, owner, app))
+
+
 def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     """Check `path` (`check`), create it if new, mark it as pdgym's and lock it against a second writer.
     A folder belongs to the app that made it (the marker names it): another app's claim is refused, as
@@ -237,8 +271,7 @@ def claim(path: str | os.PathLike, key: str, app: str = "pdgym") -> RunFolder:
     owner = _owner(fd)
     if owner is not None and owner != app and app != "pdgym":
         os.close(fd)
-        raise ConfigError(f"{key}: {p} is a {owner} run folder; {app} writes its results into a folder of its own "
-                          f"(its files would replace {owner}'s): give another folder")
+        raise ConfigError(_not_yours(key, p, owner, app))
     info = json.dumps({"app": app, "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n"
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)
@@ -289,6 +322,9 @@ def claim_hydra(hydra_node, job_cfg, mode: str, app: str, user_given: bool) -> R
     try:
         subdir = hydra_node.get("output_subdir")
         refuse_links_where_hydra_writes(folder.path, key, mode, None if subdir is None else str(subdir))
+        if mode == "run" and (odd := folders_at_file_names(folder.path)):  # (a sweep's job folders are named freely)
+            raise ConfigError(f"{key}: {folder.path / odd[0]} is a folder where pdgym writes a file (a result of that "
+                              "name); move it away, or give another folder")
     except ConfigError:
         folder.discard()
         raise

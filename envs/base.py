@@ -381,6 +381,12 @@ class PdgymEnv(gym.Env):
     def action_masks(self) -> np.ndarray:
         raise NotImplementedError
 
+    def _require_reset(self, what: str) -> None:
+        """`what` (step, render, action_masks) needs a reset() first: before one there is no decision to act on
+        or mask (a mask invented then would be accepted as if it meant something)."""
+        if self.sim is None:
+            raise RuntimeError(f"{self.ENV_ID}: call reset() before {what}()")
+
     def default_action(self):
         """What an invalid action is replaced by (INVALID_ACTION_RULE)."""
         raise NotImplementedError
@@ -449,8 +455,7 @@ class PdgymEnv(gym.Env):
         return self._observe(), self._info(False)
 
     def step(self, action):
-        if self.sim is None:
-            raise RuntimeError(f"{self.ENV_ID}: call reset() before step()")
+        self._require_reset("step")
         if self._done or self._stall_end:
             raise RuntimeError(f"{self.ENV_ID}: the episode has ended; call reset()")
         a, invalid = resolve_action(self.action_space, self.action_masks(), action, self.default_action)
@@ -501,8 +506,7 @@ class PdgymEnv(gym.Env):
             gym.logger.warn(f"{self.ENV_ID}: render() without a render_mode (make the env with "
                             "render_mode='ansi' or 'rgb_array')")
             return None
-        if self.sim is None:
-            raise RuntimeError(f"{self.ENV_ID}: call reset() before render()")
+        self._require_reset("render")
         view = V.cluster_view(self.sim, self.POINT, self._decision_line())
         return V.to_text(view) if self.render_mode == "ansi" else V.to_rgb(view)
 

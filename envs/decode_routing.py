@@ -456,7 +456,8 @@ class DecodeRoutingEnv(PdgymEnv):
         return r.observe(self.sim, self._mask)
 
     def action_masks(self) -> np.ndarray:
-        if self._done or self.sim is None:
+        self._require_reset("action_masks")
+        if self._done:
             return self._end_only()
         return self._mask.copy()
 

@@ -480,8 +480,9 @@ class PhaseBatchingEnv(PdgymEnv):
         return core.observe_unit(self.sim, core.instance, self._unit)
 
     def action_masks(self) -> np.ndarray:
+        self._require_reset("action_masks")
         core = self.core
-        if self._done or self.sim is None or not core.queue:
+        if self._done or not core.queue:
             return np.ones(core.n_actions if not core.continuous else 1, dtype=bool)
         return core.unit_mask(core.queue[0]).copy()
 

@@ -551,7 +551,8 @@ class PrefillDispatchEnv(PdgymEnv):
         return self.core.observe(self.sim)
 
     def action_masks(self) -> np.ndarray:
-        if self.sim is None or self._done:
+        self._require_reset("action_masks")
+        if self._done:
             m = np.zeros(self.core.n_actions, dtype=bool)
             m[0] = True
             return m

@@ -53,7 +53,8 @@ def one_hot(codes: np.ndarray, k: int) -> np.ndarray:
 # the candidate's TTFT SLO, est Conductor's estimated TTFT of the candidate (its work, the least-loaded instance's
 # and the buffer's spread over the units, at the cost model's seconds per prompt token), work in those seconds.
 GLOBAL = (
-    Feature("cls", lambda c: np.eye(c.C)[c.cls], 0, 1, "candidate's class, one-hot", width="C"),
+    # with one class (C = 1) a width-C feature is a one-entry one (envs/features.Layout): its value, not a block
+    Feature("cls", lambda c: np.eye(c.C)[c.cls] if c.C > 1 else 1.0, 0, 1, "candidate's class, one-hot", width="C"),
     Feature("weight", lambda c: c.w / c.wmax, 0, 1, "candidate's class weight / the largest weight"),
     Feature("est", lambda c: c.est / c.slo, 0, 20, "Conductor's estimated TTFT / the candidate's TTFT SLO",
             saturates=True),
@@ -66,7 +67,8 @@ GLOBAL = (
 )
 ROW = (
     Feature("present", lambda c: np.ones(len(c.r_cls)), 0, 1, "row present"),
-    Feature("cls", lambda c: one_hot(c.r_cls, c.C), 0, 1, "its class, one-hot", width="C"),
+    Feature("cls", lambda c: one_hot(c.r_cls, c.C) if c.C > 1 else np.ones(len(c.r_cls)), 0, 1, "its class, one-hot",
+            width="C"),
     Feature("left", lambda c: c.r_left, -20, 1, "time left to its TTFT deadline / its class's TTFT SLO",
             saturates=True),
     Feature("work", lambda c: c.r_work, 0, 20, "its prompt work (s) / its class's TTFT SLO", saturates=True),

@@ -33,11 +33,20 @@ def split_rows(trace: str, split: dict, num_requests: int, key: str = "splits") 
     return lo, hi, min(int(num_requests), hi - lo)
 
 
+def requests(value) -> int:
+    """workload.num_requests as the integer >= 1 it must be (nan, 1.5, 'abc' or a bool: one ConfigError line)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value >= 1 \
+        and value != float("inf") and int(value) == value
+    if not ok:
+        raise ConfigError(f"workload.num_requests: got {value!r}; must be an integer >= 1")
+    return int(value)
+
+
 def segment(workload: dict, split: dict | None, index: int) -> dict:
     """Workload keys that put run `index` of a split on its own rows of the trace (empty if no trace or split)."""
     if not split or not workload.get("trace"):
         return {}
-    lo, hi, n = split_rows(str(workload["trace"]), split, int(workload["num_requests"]))
+    lo, hi, n = split_rows(str(workload["trace"]), split, requests(workload.get("num_requests")))
     return {"trace_offset": lo + (index * n) % (hi - lo - n + 1), "num_requests": n}
 
 

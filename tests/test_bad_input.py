@@ -10,6 +10,7 @@ import importlib
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 APPS = {
@@ -186,6 +187,12 @@ OTHERS = [
     ("pdgym-train", ["normalize.clip_obs=inf"], "normalize.clip_obs"),
     ("pdgym-train", ["agent.net_arch=[-1]"], "agent.net_arch"), ("pdgym-train", ["agent.net_arch=[64,0]"], "agent.net_arch"),
     ("pdgym-train", ["agent.net_arch=[a]"], "agent.net_arch"), ("pdgym-train", ["progress=maybe"], "progress"),
+    ("pdgym-train", ["progress=3"], "progress: got 3; must be true or false"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "workload.num_requests=nan"],
+     "workload.num_requests: got nan"),
+    ("pdgym-eval", ["policy=br0", "scenario=decode_tier_n16", "workload.num_requests=1.5"],
+     "workload.num_requests: got 1.5"),
+    ("pdgym-train", ["normalize.obs=2"], "normalize.obs: got 2"),
     ("pdgym-train", ["name=${nonexistent}"], "name"),
     ("pdgym-eval", ["policy=[1,2]"], "policy: got [1, 2]"), ("pdgym-eval", ["policy={a: 1}"], "policy: got"),
     ("pdgym-enjoy", ["policy=[1]", "scenario=decode_tier_n16"], "policy: got [1]"),
@@ -221,7 +228,17 @@ OTHERS = [
     ("pdgym-leaderboard", ["progress=3"], "progress: got 3"),
     ("pdgym-eval", ["policy=zoo:decode_ht_n16", "scenario=md1_single_slot"], "needs decode instances"),
 ]
-CASES = [("pdgym-sim", a, k) for a, k in SIM] + [("pdgym-repro", a, k) for a, k in REPRO] + OTHERS
+# Hydra's flags: an unknown one, or a value its argparse would refuse, is one line (it printed a usage block first)
+FLAGS = [
+    (app, argv, key)
+    for app in ("pdgym-sim", "pdgym-eval", "pdgym-train", "pdgym-leaderboard", "pdgym-enjoy")
+    for argv, key in ((["--frobnicate"], "--frobnicate: unknown flag"), (["--cfg", "bogus"], "--cfg: unknown 'bogus'"))
+] + [
+    ("pdgym-sim", ["--cfg", "-m"], "--cfg: needs a value"), ("pdgym-sim", ["--cfg=hydr"], "--cfg: unknown 'hydr'"),
+    ("pdgym-sim", ["--info", "bogus"], "--info: unknown 'bogus'"), ("pdgym-sim", ["-m", "--frob", "seed=0,1"], "--frob"),
+    ("pdgym-sim", ["--package", "-m"], "--package: needs a value"), ("pdgym-sim", ["-x"], "-x: unknown flag"),
+]
+CASES = [("pdgym-sim", a, k) for a, k in SIM] + [("pdgym-repro", a, k) for a, k in REPRO] + OTHERS + FLAGS
 
 
 def _id(case) -> str:
@@ -422,3 +439,21 @@ def test_argparse_usage_error_is_one_line(module, argv, want, tmp_path, monkeypa
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert exc.value.code == 2 and len(lines) == 1 and lines[0].startswith(want), captured.err
     assert "usage:" not in captured.err and os.listdir(tmp_path) == []
+
+
+def test_env_calls_before_reset_raise_naming_reset():
+    """Before reset() there is no decision: action_masks() (like step() and render()) raises naming reset(),
+    in every registered env, rather than answering a mask that means nothing (it answered one, or None)."""
+    import gymnasium as gym
+    import pdgym.envs  # noqa: F401 -- registers the ids
+
+    ids = sorted(i for i in gym.registry if i.startswith("pdgym/"))
+    assert len(ids) >= 8
+    for env_id in ids:
+        env = gym.make(env_id, render_mode="ansi").unwrapped
+        for call, args in ((env.action_masks, ()), (env.step, (env.action_space.sample(),)), (env.render, ())):
+            with pytest.raises(RuntimeError, match=r"call reset\(\) before"):
+                call(*args)
+        env.reset(seed=0)
+        assert np.asarray(env.action_masks(), dtype=bool).any(), env_id
+        env.close()

@@ -379,3 +379,28 @@ def test_the_boards_progress_flag_reaches_the_training_it_runs(tmp_path, monkeyp
     agents = L.train_agents(entries, tmp_path, progress=False)
     assert seen == [["experiment=x", "progress=false"], ["progress=true"]]
     assert [a["label"] for a in agents] == ["a", "b"]
+
+
+def test_a_board_where_every_run_of_an_agent_fails_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """The board's only agent fails on every scenario (its error noted in the board's table): the board exits 1,
+    names the agent on stderr and leaves `latest` alone; it exited 0 printing nothing (issue 38)."""
+    from pdgym.agents.evaluation import leaderboard_run
+
+    real = leaderboard_run._task
+
+    def failing(sc, label, *args):
+        return {"ok": False, "error": "RuntimeError: boom"} if label == "z" else real(sc, label, *args)
+
+    monkeypatch.setattr(leaderboard_run, "_task", failing)
+    cfg = tiny_config(tmp_path, [{"label": "z", "path": "zoo:decode_ht_n16"}], plots=False, print=False, seeds=[0])
+    cfg["scenarios"]["decode_ht_n16"]["regime"] = {}
+    cfg["scenarios"]["prefill_ds_v3_h800"] = None  # one scenario is enough
+    with pytest.raises(SystemExit) as exc:
+        L.build(cfg)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "every run of agent z failed" in err and "tolerate_failures=true" in err
+    assert not (tmp_path / "latest").exists()
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert summary["failed_agents"] == ["z"] and not summary["failed_scenarios"]
+    assert {f["policy"] for f in summary["failures"]} == {"z"}

@@ -583,7 +583,7 @@ def test_train_replaces_a_linked_config_and_keeps_the_users_file(tmp_path):
     assert not (run / "config.yaml").is_symlink() and "total_timesteps: 64" in (run / "config.yaml").read_text()
 
 
-@pytest.mark.parametrize("name", ["progress.csv", "eval_history.csv", "tb"])
+@pytest.mark.parametrize("name", ["progress.csv", "eval_history.csv", "tb", "checkpoints", "wandb"])
 def test_train_refuses_a_linked_file_it_writes_in_place(name, tmp_path):
     """SB3's CSV and TensorBoard writers and the history's appends open their files where they are: in an earlier
     run's folder, a link there is refused before anything is written, and what it names is untouched."""
@@ -591,13 +591,14 @@ def test_train_refuses_a_linked_file_it_writes_in_place(name, tmp_path):
     from test_agents import SMALL_PPO, TINY
 
     target = tmp_path / "user"
-    target.mkdir() if name == "tb" else target.write_text("the user's own file\n")
+    folder = name in ("tb", "checkpoints", "wandb")
+    target.mkdir() if folder else target.write_text("the user's own file\n")
     run = tmp_path / "run"
     run.mkdir()
     (run / name).symlink_to(target)
     with pytest.raises(ConfigError, match=rf"{name} (is a|leads outside .*\(a) symbolic link"):  # history: its reader
         train_from_overrides([*TINY, "agent=maskable_ppo", *SMALL_PPO, "total_timesteps=64"], run)
-    assert (list(target.iterdir()) == []) if name == "tb" else target.read_text() == "the user's own file\n"
+    assert (list(target.iterdir()) == []) if folder else target.read_text() == "the user's own file\n"
     assert sorted(p.name for p in run.iterdir()) == [name]
 
 

@@ -509,3 +509,38 @@ def test_fresh_temporary_folder_is_new_and_has_mkdirs_permissions(tmp_path):
     assert a != b and a.parent == tmp_path and not a.is_symlink() and list(a.iterdir()) == []
     (tmp_path / "plain").mkdir()
     assert os.stat(a).st_mode & 0o777 == os.stat(tmp_path / "plain").st_mode & 0o777
+
+
+@pytest.mark.parametrize("name", ["steps.csv", "metrics.json"])
+def test_a_folder_where_a_result_file_goes_is_refused_before_the_run(name, tmp_path, monkeypatch, capsys):
+    """A pdgym-sim folder where steps.csv (or metrics.json) is a folder: one line when the folder is claimed, and
+    the earlier run's files stay (the run used to end in IsADirectoryError, its metrics.json already deleted)."""
+    import json
+
+    run = tmp_path / "run"
+    (run / name).mkdir(parents=True)
+    (run / name / "x.txt").write_text("the user's\n")
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    (run / "requests.csv").write_text("id\n1\n")
+    before = _tree(run)
+    code, lines, err = _main("pdgym-sim", [*VALID["pdgym-sim"][1], f"hydra.run.dir={run}"], tmp_path, monkeypatch,
+                             capsys)
+    _one_line(code, lines, err, "pdgym-sim", f"{name} is a folder where pdgym writes a file")
+    assert {k: v for k, v in _tree(run).items() if k != MARKER} == {k: v for k, v in before.items() if k != MARKER}
+
+
+@pytest.mark.parametrize("where", ["r", "r.previous", "r.partial"])
+def test_repro_neither_moves_nor_deletes_another_apps_run(where, tmp_path, monkeypatch, capsys):
+    """pdgym-repro moves its previous run to NAME.previous and deletes an older one: a pdgym-sim run folder at
+    NAME (or NAME.previous, NAME.partial) is refused in one line, before the run, and stays as it was."""
+    import json
+
+    run = tmp_path / where
+    run.mkdir()
+    (run / MARKER).write_text(json.dumps({"app": "pdgym-sim", "pid": 1}))
+    (run / "metrics.json").write_text('{"objective": 1.0}\n')
+    before = _tree(tmp_path)
+    code, lines, err = _run("pdgym-repro", ["md1_check", "repro.num_requests=300", f"hydra.run.dir={tmp_path / 'r'}"],
+                            tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-repro", "is a pdgym-sim run folder")
+    assert _tree(tmp_path) == before

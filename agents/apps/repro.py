@@ -122,6 +122,8 @@ def run(name: str, overrides: list[str], out_root: Path = Path("runs/repro")) ->
         if p.exists() and not run_folder.is_ours(p):
             raise ConfigError(f"{KEY}: {p} exists and is not a pdgym run folder; pdgym will not delete or move it: "
                               "remove it yourself or give another folder")
+    for p in (out, partial, previous):  # and pdgym-repro's own: another app's run is neither moved nor deleted
+        run_folder.check_owner(p, KEY, APP)
     run_folder.remove_own(partial, KEY)  # a killed run's partial folder (refused while its run still holds it)
     folder = run_folder.claim(partial, KEY, APP)
     try:

@@ -99,8 +99,8 @@ def wandb_id(run: Path, key: str = "resume") -> str | None:
     return text
 
 
-WRITTEN_IN_PLACE = (PROGRESS, HISTORY, "tb")  # opened for writing where they are (SB3's CSV and TensorBoard
-# writers, the history's appends), not replaced atomically like the run's other files
+WRITTEN_IN_PLACE = (PROGRESS, HISTORY, "tb", "checkpoints", "wandb")  # opened for writing where they are (SB3's
+# CSV and TensorBoard writers, the history's appends, wandb's offline folder), not replaced atomically like the others
 
 
 def check_earlier(run: Path, primary: str, resuming: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from pdgym.agents.evaluation.metric_keys import METRIC_KEYS, POINTS
 from pdgym.agents.learned import model_store as M
 from pdgym.envs.sim.config import ConfigError
-from pdgym.envs.sim.validation import check_seed_list
+from pdgym.envs.sim.validation import check_bool, check_seed_list
 
 
 @dataclass
@@ -109,12 +109,33 @@ UNIT = ("gamma", "gae_lambda", "tau", "exploration_fraction")
 NON_NEGATIVE = ("ent_coef", "vf_coef", "learning_starts", "exploration_initial_eps", "exploration_final_eps")
 
 
+def strict_bools(cls, node, prefix: str) -> None:
+    """Every boolean key of the schema `cls` that `node` sets is true or false: OmegaConf's merge would take 3 (or
+    0) as true (false), so `progress=3` ran a training; the raw value is checked first (check_bool's line)."""
+    import dataclasses
+    import typing
+
+    if not isinstance(node, dict):
+        return
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in node:
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        kind = hints.get(f.name)
+        if kind is bool:
+            check_bool(node[f.name], key)
+        elif dataclasses.is_dataclass(kind):
+            strict_bools(kind, node[f.name], key)
+
+
 def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     """Check the app, env and agent nodes against their schemas: a wrong key or value is one line."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     def build(cls, node, prefix):
+        strict_bools(cls, node, prefix)
         try:
             return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), node))
         except OmegaConfBaseException as exc:
