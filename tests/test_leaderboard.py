@@ -404,3 +404,21 @@ def test_a_board_where_every_run_of_an_agent_fails_exits_non_zero(tmp_path, monk
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert summary["failed_agents"] == ["z"] and not summary["failed_scenarios"]
     assert {f["policy"] for f in summary["failures"]} == {"z"}
+
+
+def test_an_agent_whose_every_scenario_is_nulled_is_not_a_failed_agent(tmp_path, monkeypatch, capsys):
+    """`scenarios.decode_ht_n16=null` takes the zoo agent's only scenario off the board: it had no run to fail, so
+    the board is good and names no failed agent (it exited 1 with "every run of agent ... failed")."""
+    from pdgym.agents.evaluation import leaderboard_run
+
+    ran = []
+    real = leaderboard_run._task
+    monkeypatch.setattr(leaderboard_run, "_task", lambda sc, label, *a: ran.append(label) or real(sc, label, *a))
+    cfg = tiny_config(tmp_path, [{"label": "z", "path": "zoo:decode_ht_n16", "scenarios": ["decode_ht_n16"]}],
+                      plots=False, print=False, seeds=[0])
+    cfg["scenarios"]["decode_ht_n16"] = None
+    cfg["scenarios"]["prefill_ds_v3_h800"]["regime"] = {}
+    summary = L.build(cfg)
+    assert "z" not in ran and ran  # the prefill scenario ran its baselines, the agent nothing
+    assert summary["failed_agents"] == [] and (tmp_path / "latest").exists()
+    assert "every run of agent" not in capsys.readouterr().err

@@ -257,9 +257,11 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     every scenario has runs (else `latest` stays and the app exits 1)."""
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
+    scheduled = set()  # agents with at least one scenario on this board (one whose scenarios are all null has none)
     for sc in scenarios:  # an agent ranked on another scenario than its training one: one line each (a transfer)
         for label, kind, spec in board_candidates(sc, agents):
             if kind == "agent":
+                scheduled.add(label)
                 transfer.warn_transfer("pdgym-leaderboard", label, resolve_cached(label, kind, spec, sc.point),
                                        sc.scenario)
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
@@ -290,7 +292,7 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     write_html(b, plot_dir, out / "leaderboard.html")
     empty = [sc.key for sc in scenarios if not len(runs) or not (runs.scenario == sc.key).any()]
     ran = set(runs.policy) if len(runs) else set()
-    dead = [a["label"] for a in agents if a["label"] not in ran]  # every run of this agent failed (or none ran)
+    dead = [a["label"] for a in agents if a["label"] in scheduled and a["label"] not in ran]  # every run failed
     stopped = ([f"{r.policy} on {r.scenario} seed {r.seed}" for r in runs.itertuples() if r.stopped]
                if len(runs) and "stopped" in runs else [])
     good = not (empty or dead) or bool(cfg.get("tolerate_failures"))
