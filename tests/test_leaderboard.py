@@ -406,6 +406,28 @@ def test_a_board_where_every_run_of_an_agent_fails_exits_non_zero(tmp_path, monk
     assert {f["policy"] for f in summary["failures"]} == {"z"}
 
 
+def test_the_saved_board_says_which_agent_row_is_a_transfer_and_that_two_seeds_give_a_range(tmp_path, monkeypatch):
+    """The zoo agent (trained on decode_tier_ht_n16) ranked on the tiny board's decode_tier_n16: the transfer was
+    only a stderr line at the start, absent from leaderboard.md / .html / summary.json (issue 37's trial); and a
+    2-seed board called its intervals 95% while its columns were [min, max]."""
+    from pdgym.agents.evaluation import leaderboard_run
+
+    real = leaderboard_run._task
+    monkeypatch.setattr(leaderboard_run, "_task", lambda sc, label, *a: (
+        {"ok": False, "error": "RuntimeError: not run here"} if label == "z" else real(sc, label, *a)))
+    cfg = tiny_config(tmp_path, [{"label": "z", "path": "zoo:decode_ht_n16"}], plots=False, print=False,
+                      seeds=[0, 1], tolerate_failures=True)
+    cfg["scenarios"]["decode_ht_n16"]["regime"] = {}
+    cfg["scenarios"]["prefill_ds_v3_h800"] = None
+    out = Path(L.build(cfg)["out_dir"])
+    md = (out / "leaderboard.md").read_text()
+    assert "Transfer: z was trained on decode_tier_ht_n16" in md and "decode_tier_n16 is a transfer" in md
+    assert "Transfer: z was trained on decode_tier_ht_n16" in (out / "leaderboard.html").read_text()
+    assert json.loads((out / "summary.json").read_text())["meta"]["transfers"][0].startswith("z was trained on")
+    assert "95% percentile-bootstrap" not in md.split("## ")[0] and "[min, max] over seeds" in md
+    assert "widest paired 95% interval" not in md
+
+
 def test_an_agent_whose_every_scenario_is_nulled_is_not_a_failed_agent(tmp_path, monkeypatch, capsys):
     """`scenarios.decode_ht_n16=null` takes the zoo agent's only scenario off the board: it had no run to fail, so
     the board is good and names no failed agent (it exited 1 with "every run of agent ... failed")."""

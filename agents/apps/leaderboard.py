@@ -258,12 +258,14 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     agents = [dict(a) for a in cfg.get("agents") or []]
     agents += train_agents(list(cfg.get("train") or []), out, bool(cfg["progress"]))
     scheduled = set()  # agents with at least one scenario on this board (one whose scenarios are all null has none)
-    for sc in scenarios:  # an agent ranked on another scenario than its training one: one line each (a transfer)
+    transfers = []  # an agent ranked on another scenario than its training one: one line each, kept in the board
+    for sc in scenarios:
         for label, kind, spec in board_candidates(sc, agents):
             if kind == "agent":
                 scheduled.add(label)
-                transfer.warn_transfer("pdgym-leaderboard", label, resolve_cached(label, kind, spec, sc.point),
-                                       sc.scenario)
+                note = transfer.warn_transfer("pdgym-leaderboard", label,
+                                              resolve_cached(label, kind, spec, sc.point), sc.scenario)
+                transfers += [f"{note} (board scenario {sc.key})"] if note else []
     capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
                 if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
@@ -278,7 +280,7 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
             "commit": commit, "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
-            "banner": cfg.get("banner") or ""}
+            "banner": cfg.get("banner") or "", "transfers": transfers}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)
     for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),

@@ -140,20 +140,35 @@ def _scenario_head(b: Board, i: int) -> tuple[str, str, list[str]]:
         notes.append(("Headroom rows: " if sc.headroom else "No headroom row: ") + sc.headroom_note)
     if b.meta.get("seeds_added", {}).get(sc.key):
         notes.append(f"Seeds added by the seeds rule: {b.meta['seeds_added'][sc.key]}.")
+    n_seeds = len(b.meta.get("seeds") or []) + len(b.meta.get("seeds_added", {}).get(sc.key) or [])
     if math.isfinite(rule["max_ci_width"]):
-        notes.append(f"Seeds: widest paired 95% interval {rule['max_ci_width']:.1%} wide vs the effect to show "
+        what = "95% interval" if n_seeds > 2 else f"interval (the [min, max] of {n_seeds} seeds' ratios)"
+        notes.append(f"Seeds: widest paired {what} {rule['max_ci_width']:.1%} wide vs the effect to show "
                      f"{sc.effect:.0%}: {'enough' if rule['seeds_enough'] else 'NOT enough seeds'}.")
     else:
         notes.append("Seeds: no paired comparison to judge them by.")
     return title, regime, notes
 
 
+def _interval_words(b: Board) -> str:
+    """How the board's intervals are made: a bootstrap over 2 seeds is their range, so the header says so."""
+    if len(b.meta.get("seeds") or []) <= 2 and not any((b.meta.get("seeds_added") or {}).values()):
+        return "mean and the [min, max] over seeds (2 seeds or fewer: a 95% interval needs more)"
+    return "mean and 95% percentile-bootstrap interval over seeds"
+
+
+def _transfer_lines(b: Board) -> list[str]:
+    """One line per agent ranked on a scenario it was not trained on (a transfer), then a blank line; [] if none."""
+    lines = [f"Transfer: {t}." for t in b.meta.get("transfers") or []]
+    return [*lines, ""] if lines else []
+
+
 def write_markdown(b: Board, path: Path) -> str:
     lines = ["# pdgym leaderboard", "", *([f"**{b.meta['banner']}**", ""] if b.meta.get("banner") else []),
              (f"Seeds {b.meta['seeds']} of the `{b.meta['split']}` split (every policy replays the same traffic per "
-              f"seed); mean and 95% percentile-bootstrap interval over seeds; `vs reference`: paired ratio of "
-              f"means to the best heuristic, minus one, with a paired bootstrap interval. Commit "
-              f"{b.meta.get('commit', '?')}, generated {b.meta['generated']}."), ""]
+              f"seed); {_interval_words(b)}; `vs reference`: paired ratio of means to the best heuristic, minus one, "
+              f"with a paired bootstrap interval. Commit {b.meta.get('commit', '?')}, generated "
+              f"{b.meta['generated']}."), "", *_transfer_lines(b)]
     for i, sc in enumerate(b.scenarios):
         title, regime, notes = _scenario_head(b, i)
         frame, const = scenario_frame(b.table, sc, b.metrics, b.pairs, b.aliases, b.runs, drop_constant=True)
@@ -218,10 +233,11 @@ def write_html(b: Board, plot_dir: Path, path: Path) -> None:
         "<h1>pdgym leaderboard</h1>",
         f"<p class='out'>{html.escape(b.meta['banner'])}</p>" if b.meta.get("banner") else "",
         (f"<p class='note'>Seeds {html.escape(str(b.meta['seeds']))} of the <code>{html.escape(str(b.meta['split']))}"
-         "</code> split (every policy replays the same traffic per seed); mean and 95% percentile-bootstrap interval "
-         "over seeds; <i>vs reference</i>: paired ratio of means to the best heuristic minus one, paired bootstrap "
+         f"</code> split (every policy replays the same traffic per seed); {html.escape(_interval_words(b))}; "
+         "<i>vs reference</i>: paired ratio of means to the best heuristic minus one, paired bootstrap "
          f"interval. Commit {html.escape(str(b.meta.get('commit', '?')))}, generated "
-         f"{html.escape(b.meta['generated'])}. Rows: orange agents, blue headroom rows (oracles, probes).</p>")]
+         f"{html.escape(b.meta['generated'])}. Rows: orange agents, blue headroom rows (oracles, probes).</p>"),
+        *(f"<p class='out'>{html.escape(line)}</p>" for line in _transfer_lines(b) if line)]
     for i, sc in enumerate(b.scenarios):
         title, regime, notes = _scenario_head(b, i)
         frame, const = scenario_frame(b.table, sc, b.metrics, b.pairs, b.aliases, b.runs, drop_constant=True)

@@ -26,19 +26,21 @@ def trained_on(cand) -> tuple[str | None, list[str]]:
     return kw.get("scenario"), [str(o) for o in kw.get("overrides") or []]
 
 
-def transfer_line(app: str, label: str, cand, scenario: str | None) -> str:
-    """The one warning line for an agent evaluated on a scenario it was not trained on ('' otherwise)."""
+def transfer_note(label: str, cand, scenario: str | None) -> str:
+    """The sentence for an agent evaluated on a scenario it was not trained on ('' otherwise); boards store it."""
     trained, overrides = trained_on(cand)
     if not trained or not scenario or trained == scenario:
         return ""
     how = f" ({' '.join(overrides)})" if overrides else ""
-    return (f"{app}: warning: {label} was trained on {trained}{how}; {scenario} is a transfer, not its own traffic")
+    return f"{label} was trained on {trained}{how}; {scenario} is a transfer, not its own traffic"
 
 
-def warn_transfer(app: str, label: str, cand, scenario: str | None) -> None:
-    line = transfer_line(app, label, cand, scenario)
-    if line:
-        print(line, file=sys.stderr, flush=True)
+def warn_transfer(app: str, label: str, cand, scenario: str | None) -> str:
+    """Print the warning line (if any) to stderr; returns the bare note ('' for none)."""
+    note = transfer_note(label, cand, scenario)
+    if note:
+        print(f"{app}: warning: {note}", file=sys.stderr, flush=True)
+    return note
 
 
 def _get(data: dict, path: list[str]):
