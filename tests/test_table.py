@@ -56,6 +56,29 @@ def test_a_sweep_without_the_asked_metric_is_one_line_exit_2(tmp_path, capsys):
     assert exc.value.code == 2 and len(err) == 1 and "metric: none of" in err[0]
 
 
+def test_an_eval_job_counts_each_of_its_seeds_not_their_mean_alone(tmp_path):
+    """One pdgym-eval job of 3 seeds: the group has 3 values and their interval (the trial's table showed seeds 1
+    and [m, m] for a job whose own 95% CI was wide); two jobs of 2 seeds each are 4 values."""
+    from pdgym.agents.evaluation.stats import interval
+
+    def eval_job(i, overrides, values):
+        job = _job(tmp_path / overrides[0], i, overrides)
+        per = {str(s): {"imbalance_mean": v} for s, v in enumerate(values)}
+        stats = {"imbalance_mean": dict(interval(values), direction="lower")}
+        (job / "metrics.json").write_text(json.dumps({"metrics": stats, "per_seed": per}))
+
+    eval_job(0, ["policy=a"], [4000.0, 6000.0, 8000.0])
+    out = sweep_table.main([str(tmp_path / "policy=a"), "imbalance_mean"])
+    assert out.seeds.tolist() == [3] and out.jobs.tolist() == [1]
+    assert out.imbalance_mean_ci_low[0] < 6000.0 < out.imbalance_mean_ci_high[0]
+    assert (out.imbalance_mean_ci_low[0], out.imbalance_mean_ci_high[0]) == pytest.approx(
+        (interval([4000.0, 6000.0, 8000.0])["ci_low"], interval([4000.0, 6000.0, 8000.0])["ci_high"]))
+    eval_job(0, ["policy=b", "seed=0"], [1.0, 3.0])
+    eval_job(1, ["policy=b", "seed=1"], [5.0, 7.0])
+    out = sweep_table.main([str(tmp_path / "policy=b"), "imbalance_mean"])
+    assert out.seeds.tolist() == [4] and out.jobs.tolist() == [2] and out.imbalance_mean[0] == 4.0
+
+
 def test_a_group_with_a_stalled_eval_job_is_marked_has_no_mean_and_exits_1(tmp_path, capsys):
     # two seeds of one group: seed 0 runs to its end, seed 1 is cut at 0.3 simulated seconds (horizon): a mean over the
     # finished job alone would pass for the group's

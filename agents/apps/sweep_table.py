@@ -8,9 +8,10 @@
 Every complete job (DIR/*/metrics.json; a job without it was interrupted and is skipped, counted)
 is grouped by its overrides minus `seed`; per group and metric: mean, 95% percentile-bootstrap
 interval of the mean over seeds (inside [min, max] of the values, so never below zero for a
-non-negative metric) and the number of seeds. A job's value is pdgym-sim's metric, pdgym-eval's mean over
-its seeds or pdgym-train's best validation value (`objective`) and final validation metrics. A metric the jobs
-lack is one line, exit 2. Writes DIR/sweep_table.csv and prints the table.
+non-negative metric), the number of jobs and of seeds. A job's values are pdgym-sim's metric, each of a
+pdgym-eval job's seeds (its per_seed values: one job of 3 seeds is 3 values, not their mean alone) or pdgym-train's
+best validation value (`objective`) and final validation metrics. A metric the jobs lack is one line, exit 2.
+Writes DIR/sweep_table.csv and prints the table.
 
 A stall is never hidden (agents/evaluation/stalls.py): a group holding a pdgym-eval job with a stopped-early seed
 has no mean for any metric but the counts and times (its cells say STALLED (k/n jobs); the csv's `stalled` column
@@ -32,6 +33,7 @@ from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
 
 STALLED = "stalled"  # a job row's count of stopped-early seeds (pdgym-eval's stopped_early); a group row's of such jobs
+PER_SEED = "per_seed"  # a pdgym-eval job row's {metric: its seeds' values}: the group's interval is over those seeds
 ALLOW = "--allow-stalled"
 DEFAULT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "throughput_tok_s", "imbalance_mean")
 
@@ -61,7 +63,11 @@ def flat(doc: dict) -> dict:
     inner = doc.get("metrics")
     if isinstance(inner, dict) and inner and all(isinstance(v, dict) and "mean" in v for v in inner.values()):
         stopped = doc.get("stopped_early")
-        return {**{k: v["mean"] for k, v in inner.items()}, STALLED: len(stopped) if isinstance(stopped, dict) else 0}
+        per_seed = doc.get("per_seed")
+        seeds = list(per_seed.values()) if isinstance(per_seed, dict) and per_seed else []
+        values = {k: [m.get(k) for m in seeds] for k in inner} if all(isinstance(m, dict) for m in seeds) else {}
+        return {**{k: v["mean"] for k, v in inner.items()}, STALLED: len(stopped) if isinstance(stopped, dict) else 0,
+                PER_SEED: values}
     if isinstance(doc.get("val_final"), dict):
         return {"objective": doc.get("objective"), **doc["val_final"]}
     return doc
@@ -93,6 +99,9 @@ def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
             if m not in row or isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
                 got = "has none" if m not in row else f"holds {str(v)[:40]!r}, not a number"
                 raise ConfigError(f"metric: {path} {got} for {m}")
+            for x in (row.get(PER_SEED) or {}).get(m) or []:  # a pdgym-eval job's seeds, which the interval reads
+                if isinstance(x, bool) or not isinstance(x, (int, float, type(None))):
+                    raise ConfigError(f"metric: {path} per_seed holds {str(x)[:40]!r} for {m}, not a number")
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -104,9 +113,13 @@ def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     out = []
     for group, sub in runs.groupby("group", sort=False):
         n_stalled = int((sub[STALLED].fillna(0) > 0).sum()) if STALLED in sub else 0
-        row = {"group": group, "seeds": len(sub), STALLED: n_stalled}
-        for m in metrics:
-            iv = interval(sub[m].tolist())
+        seed_values = sub[PER_SEED].tolist() if PER_SEED in sub else [None] * len(sub)
+        row = {"group": group, "jobs": len(sub), STALLED: n_stalled}
+        for m in metrics:  # a pdgym-eval job counts each of its seeds (their mean alone hid their spread)
+            values = [x for v, per in zip(sub[m].tolist(), seed_values)
+                      for x in (per[m] if isinstance(per, dict) and isinstance(per.get(m), list) else [v])]
+            row.setdefault("seeds", len(values))
+            iv = interval(values)
             if n_stalled and m not in stalls.KEPT:
                 iv = dict(iv, mean=math.nan, ci_low=math.nan, ci_high=math.nan)
             row.update({m: iv["mean"], f"{m}_ci_low": iv["ci_low"], f"{m}_ci_high": iv["ci_high"]})
@@ -123,7 +136,7 @@ def shown(out: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
         if r[STALLED]:
             for m in metrics:
                 if m not in stalls.KEPT:
-                    view.loc[i, [m, f"{m}_ci_low", f"{m}_ci_high"]] = [f"{stalls.MARK} ({r[STALLED]}/{r['seeds']} jobs)",
+                    view.loc[i, [m, f"{m}_ci_low", f"{m}_ci_high"]] = [f"{stalls.MARK} ({r[STALLED]}/{r['jobs']} jobs)",
                                                                          "-", "-"]
     return view
 
@@ -152,10 +165,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     metrics = argv[1:] or [m for m in (*DEFAULT_METRICS, "objective") if m in runs]
     if not metrics:
         fail(app, f"metric: none of {', '.join(DEFAULT_METRICS)} in these jobs; give one of: "
-             f"{', '.join(c for c in runs if c not in ('group', 'seed'))}")
-    unknown = [m for m in metrics if m not in runs or m == STALLED]
+             f"{', '.join(c for c in runs if c not in ('group', 'seed', PER_SEED))}")
+    unknown = [m for m in metrics if m not in runs or m in (STALLED, PER_SEED)]
     if unknown:
-        fail(app, f"metric: unknown {unknown}; allowed: {', '.join(c for c in runs if c not in ('group', 'seed', STALLED))}")
+        fail(app, f"metric: unknown {unknown}; allowed: "
+             f"{', '.join(c for c in runs if c not in ('group', 'seed', STALLED, PER_SEED))}")
     try:
         check_metrics(jobs, metrics)
     except ConfigError as exc:
