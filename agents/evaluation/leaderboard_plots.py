@@ -148,7 +148,8 @@ def tradeoff(runs: pd.DataFrame, title: str, path: Path, col: dict | None = None
         ax.set_ylabel("TTFT mean (s)")
         ax.set_title(f"{title}: TTFT / TPOT trade-off (lower-left is better)", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        if ax.get_legend_handles_labels()[0]:  # a board whose every row stalled has no point to name
+            ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
