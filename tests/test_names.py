@@ -122,3 +122,23 @@ def test_a_board_takes_every_prefill_name_as_a_baseline():
     L.check_candidates(sc)  # raises on a name the board could not run
     with pytest.raises(ConfigError, match="did you mean 'sbs_cache'"):
         L.check_candidates(dataclasses.replace(sc, baselines=["sbs_cach"]))
+
+
+@pytest.mark.parametrize("typo, options, expected", [
+    ("brO", ["brh", "br0"], "br0"),  # a letter O for the digit: difflib ranked brh and br0 equal and said brh
+    ("LEAST_KV", ["least_kv", "jsq"], "least_kv"),  # case
+    ("jsq_typo", ["jsq", "random"], "jsq"),  # a registered name with something after it: difflib's ratio is 0.55
+    ("imbalance_meen", ["imbalance_mean", "ttft_mean"], "imbalance_mean"),
+    ("bogus", ["python", "numba"], None),  # nothing close: no suggestion rather than a wrong one
+])
+def test_did_you_mean_finds_look_alikes_and_prefixes_but_invents_nothing(typo, options, expected):
+    from pdgym.envs.sim.validation import did_you_mean
+
+    assert did_you_mean(typo, options) == (f"did you mean {expected!r}? " if expected else "")
+
+
+def test_make_policies_suggests_the_registered_name_a_typo_came_from():
+    with pytest.raises(ConfigError, match="did you mean 'jsq'"):
+        make_policies({"decode": "jsq_typo"})
+    with pytest.raises(ConfigError, match="did you mean 'br0'"):
+        make_policies({"decode": "brO"})

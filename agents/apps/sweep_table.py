@@ -31,6 +31,7 @@ from pdgym.agents.errors import fail
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.metrics import atomic_path
+from pdgym.envs.sim.validation import did_you_mean
 
 STALLED = "stalled"  # a job row's count of stopped-early seeds (pdgym-eval's stopped_early); a group row's of such jobs
 PER_SEED = "per_seed"  # a pdgym-eval job row's {metric: its seeds' values}: the group's interval is over those seeds
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
              f"{', '.join(c for c in runs if c not in ('group', 'seed', PER_SEED))}")
     unknown = [m for m in metrics if m not in runs or m in (STALLED, PER_SEED)]
     if unknown:
-        fail(app, f"metric: unknown {unknown}; allowed: "
-             f"{', '.join(c for c in runs if c not in ('group', 'seed', STALLED, PER_SEED))}")
+        allowed = [c for c in runs if c not in ("group", "seed", STALLED, PER_SEED)]
+        fail(app, f"metric: unknown {unknown}; {did_you_mean(unknown[0], allowed)}allowed: {', '.join(allowed)}")
     try:
         check_metrics(jobs, metrics)
     except ConfigError as exc:

@@ -84,5 +84,15 @@ def did_you_mean(word: Any, options) -> str:
     """'did you mean X? ' for the closest of `options` to a mistyped `word` (difflib, as gym.make), else ''."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1) if isinstance(word, str) else []
+    if not isinstance(word, str):
+        return ""
+    opts = [str(o) for o in options]
+    same = [o for o in opts if _confusable(o) == _confusable(word)]  # brO -> br0, LEAST_KV -> least_kv
+    close = same or difflib.get_close_matches(word, opts, n=1)
+    close = close or sorted((o for o in opts if len(o) >= 3 and word.startswith(o)), key=len)[-1:]  # jsq_typo -> jsq
     return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _confusable(word: str) -> str:
+    """A spelling with case and the look-alike characters (O/0, l/I/1) folded: two names equal here are one typo apart."""
+    return word.lower().translate(str.maketrans({"o": "0", "l": "1", "i": "1"}))
