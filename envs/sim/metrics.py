@@ -61,6 +61,11 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x)) if len(x) else math.nan
 
 
+def _pct(x: np.ndarray, q: float) -> float:
+    """The q-th percentile, NaN without values; reorders `x` in place (callers pass arrays they own)."""
+    return float(np.percentile(x, q, overwrite_input=True)) if len(x) else math.nan
+
+
 def _names(names: tuple[str, ...], codes: np.ndarray):
     """The string column of `codes`: the names as pandas stores strings (object, or pandas 3's str dtype), taken
     by code. An object array of the names first cost 8 bytes a row more at the peak, then a conversion."""
@@ -235,14 +240,14 @@ class SimResult:
         tpot = tpot_fin[~np.isnan(tpot_fin)]  # a copy: the mean first, then p95 may reorder it in place
         del tpot_fin
         tpot_mean = _mean(tpot)
-        tpot_p95 = float(np.percentile(tpot, 95, overwrite_input=True)) if len(tpot) else math.nan
+        tpot_p95 = _pct(tpot, 95)
         del tpot
         ttft_mean = _mean(ttft)  # before the percentiles reorder it
-        ttft_p50 = float(np.percentile(ttft, 50, overwrite_input=True)) if len(ttft) else math.nan
-        ttft_p99 = float(np.percentile(ttft, 99, overwrite_input=True)) if len(ttft) else math.nan
+        ttft_p50 = _pct(ttft, 50)
+        ttft_p99 = _pct(ttft, 99)
         del ttft
         e2e = fin(_e2e(req, is_fin))
-        e2e_p99 = float(np.percentile(e2e, 99, overwrite_input=True)) if len(e2e) else math.nan
+        e2e_p99 = _pct(e2e, 99)
         del e2e
         s = self._step_cols
         dur = s["dur"]

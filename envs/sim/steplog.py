@@ -37,6 +37,22 @@ def row_dtype(float_reqs: bool) -> np.dtype:
     return np.dtype(list(zip(COLUMNS, kinds)))
 
 
+def _merged(parts: list, kept: dict[str, np.dtype]) -> dict[str, np.ndarray]:
+    """One contiguous array per kept column from `parts` (merged columns and chunks, in order; each column as long
+    as its parts' pieces), filled chunk by chunk: each part is dropped from `parts` once copied, so a chunk's
+    memory map is unmapped at once and the rows are never held twice."""
+    cols = {c: np.empty(sum(len(part[c]) for part in parts), t) for c, t in kept.items()}
+    at = dict.fromkeys(kept, 0)
+    while parts:
+        part = parts.pop(0)
+        for c in kept:
+            k = len(part[c])
+            cols[c][at[c]:at[c] + k] = part[c]
+            at[c] += k
+        del part
+    return cols
+
+
 class StepLog:
     """Append-only pass rows (`append(row)`, a tuple in COLUMNS order); `frame()` gives the DataFrame."""
 
@@ -74,17 +90,12 @@ class StepLog:
         if self._columns is None or self._chunks:
             parts = ([self._columns] if self._columns is not None else []) + self._chunks
             self._chunks = []
-            cols = {c: np.empty(len(self), self.dtype[c]) for c in COLUMNS}
-            at = 0
-            while parts:  # chunk by chunk, each freed once copied: the rows are never held twice
-                part = parts.pop(0)
-                k = len(part["t"])
-                for c in COLUMNS:
-                    cols[c][at:at + k] = part[c]
-                at += k
-                del part
-            self._columns = cols
+            self._columns = _merged(parts, self._kept())
         return self._columns
+
+    def _kept(self) -> dict[str, np.dtype]:
+        """The columns a chunk holds, with their types."""
+        return {c: self.dtype[c] for c in COLUMNS}
 
     def frame(self) -> pd.DataFrame:
         """Every row so far as a DataFrame sharing columns() (the table is not held twice)."""
@@ -120,26 +131,10 @@ class SummaryLog(StepLog):
             self._n_chunked += len(rows)
             self._rows = []
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """The kept parts (dur, idle_frac, dec_gap, coloc_gap, pre_util), each one contiguous array of the rows so
-        far, merged chunk by chunk (each unmapped once copied: the parts are never held twice)."""
-        self._flush()
-        if self._columns is None or self._chunks:
-            parts = ([self._columns] if self._columns is not None else []) + self._chunks
-            self._chunks = []
-            kinds = {"dur": np.float64, "idle_frac": np.float64, "dec_gap": np.int64, "coloc_gap": np.int64,
-                     "pre_util": np.float64}
-            cols = {p: np.empty(sum(len(c[p]) for c in parts), t) for p, t in kinds.items()}
-            at = dict.fromkeys(kinds, 0)
-            while parts:
-                part = parts.pop(0)
-                for p in kinds:
-                    k = len(part[p])
-                    cols[p][at[p]:at[p] + k] = part[p]
-                    at[p] += k
-                del part
-            self._columns = cols
-        return self._columns
+    def _kept(self) -> dict[str, np.dtype]:
+        """The kept parts (columns() gives each as one contiguous array of the rows so far)."""
+        return {"dur": np.dtype(np.float64), "idle_frac": np.dtype(np.float64), "dec_gap": np.dtype(np.int64),
+                "coloc_gap": np.dtype(np.int64), "pre_util": np.dtype(np.float64)}
 
     def frame(self):
         raise RuntimeError("this run kept no step table (Simulator(step_log=False)): only its summary() figures")

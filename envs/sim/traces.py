@@ -341,7 +341,7 @@ def read_trace(spec: str | os.PathLike, key: str = "workload.trace") -> Trace:
 def read_lengths(spec: str | os.PathLike, column: str, key: str = "workload.trace") -> np.ndarray:
     """The prompt or output lengths (`column`: a COLUMN_ALIASES name) of a trace, int64, read-only. A shipped CSV
     trace is read with the csv module, that one column, without pandas (whose import is ~77 MB of a process's
-    memory, bench_memory); the shipped files are well formed (tests/test_traces.py checks this path gives
+    memory, bench_memory); the shipped files are well formed (tests/test_workload.py checks this path gives
     read_trace's columns). Any other file goes through read_trace and its checks."""
     which = COLUMN_ALIASES[column]
     if isinstance(spec, str) and SHIPPED_TRACES.get(spec, "").endswith(".csv"):
@@ -358,10 +358,8 @@ def _shipped_column(path: str, mtime_ns: int, size: int, which: str) -> np.ndarr
     with open(path, newline="", encoding="utf-8") as f:
         rows = csv.reader(f)
         header = [c.strip() for c in next(rows)]
-        fmt = 0 if "ContextTokens" in header else 1  # Azure, else vidur
-        name = (("ContextTokens", "num_prefill_tokens") if which == "prompt" else
-                ("GeneratedTokens", "num_decode_tokens"))[fmt]
-        i = header.index(name)
+        prompt_col, output_col = _AZURE_COLS[1:] if _AZURE_COLS[1] in header else _VIDUR_COLS
+        i = header.index(prompt_col if which == "prompt" else output_col)
         vals = np.array([int(r[i]) for r in rows], dtype=np.int64)
     vals.setflags(write=False)
     return vals
