@@ -48,9 +48,20 @@ from pdgym.envs.sim.config import ConfigError, check_key_path
 from pdgym.envs.sim.validation import did_you_mean
 
 # --------------------------------------------------------------------------- the command line, before Hydra
-_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--shell-completion", "-sc", "--experimental-rerun"}
 _INFO_VALUES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+# Hydra 1.3's flags (hydra/_internal/utils.get_args_parser): name -> None (no value), () (a value of any kind) or
+# the values allowed; --info's value is optional. Its argparse answers an unknown flag or value with a usage block.
+HYDRA_FLAGS: dict[str, tuple[str, ...] | None] = {
+    "--help": None, "-h": None, "--hydra-help": None, "--version": None, "--cfg": ("job", "hydra", "all"),
+    "-c": ("job", "hydra", "all"), "--resolve": None, "--package": (), "-p": (), "--run": None, "-r": None,
+    "--multirun": None, "-m": None, "--shell-completion": None, "-sc": None, "--config-path": (), "-cp": (),
+    "--config-name": (), "-cn": (), "--config-dir": (), "-cd": (), "--experimental-rerun": (),
+    "--info": tuple(sorted(_INFO_VALUES)), "-i": tuple(sorted(_INFO_VALUES)),
+}
+# split_argv keeps a flag's value beside it: the flags that take one (--info's only when it is one of its values),
+# and -sc's operand (install=bash: argparse's switch, but its operand is no override of the app's config)
+_FLAGS_WITH_VALUE = ({f for f, v in HYDRA_FLAGS.items() if v is not None and f not in ("--info", "-i")}
+                     | {"--shell-completion", "-sc"})
 # Hydra's rerun flag unpickles the file it names (code runs from a file): no pdgym app needs it. argparse takes any
 # unambiguous prefix of a long flag (--exp FILE), and it is Hydra's only flag starting with --e.
 _REFUSED_FLAG = "--experimental-rerun"
@@ -63,17 +74,6 @@ def refuse_rerun(flags: list[str], app: str) -> None:
         if name.startswith("--e") and _REFUSED_FLAG.startswith(name):
             fail(app, f"{name}: not accepted by pdgym (it would unpickle a file, running its code); "
                       f"rerun a job with its overrides from the run folder's .hydra/overrides.yaml instead")
-
-
-# Hydra 1.3's flags (hydra/_internal/utils.get_args_parser): name -> None (no value), () (a value of any kind) or
-# the values allowed; --info's value is optional. Its argparse answers an unknown flag or value with a usage block.
-HYDRA_FLAGS: dict[str, tuple[str, ...] | None] = {
-    "--help": None, "-h": None, "--hydra-help": None, "--version": None, "--cfg": ("job", "hydra", "all"),
-    "-c": ("job", "hydra", "all"), "--resolve": None, "--package": (), "-p": (), "--run": None, "-r": None,
-    "--multirun": None, "-m": None, "--shell-completion": None, "-sc": None, "--config-path": (), "-cp": (),
-    "--config-name": (), "-cn": (), "--config-dir": (), "-cd": (), "--experimental-rerun": (),
-    "--info": tuple(sorted(_INFO_VALUES)), "-i": tuple(sorted(_INFO_VALUES)),
-}
 
 
 def _flag_name(arg: str) -> str | None:
