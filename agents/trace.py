@@ -27,12 +27,15 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.metrics import atomic_path
 from pdgym.envs.sim.observers import Observer, PassStart
+
+if TYPE_CHECKING:  # pandas loads with a table (pdgym-sim imports this module; issue 46)
+    import pandas as pd
 
 KIND_ORDER = ("prefill", "decode", "colocated")
 

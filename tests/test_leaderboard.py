@@ -281,6 +281,31 @@ def test_the_seeds_rule_adds_seeds_where_the_paired_interval_is_wider_than_the_e
     assert "Seeds added by the seeds rule: [2, 3]" in (Path(summary["out_dir"]) / "leaderboard.md").read_text()
 
 
+def test_a_board_in_worker_processes_is_the_serial_board(tmp_path):
+    """Issue 46: runs and capacity bursts in two worker processes give the board a serial run gives (every run is
+    seeded and alone in its process): the same tables, byte for byte, but for the wall times."""
+    boards = {}
+    for n in (1, 2):
+        cfg = tiny_config(tmp_path / f"n{n}", plots=False, print=False, n_jobs=n)
+        cfg["scenarios"]["decode_ht_n16"]["baselines"] = ["least_kv", "jsq"]
+        boards[n] = L.build(cfg)
+    one, two = (Path(boards[n]["out_dir"]) for n in (1, 2))
+    assert boards[1]["meta"]["n_jobs"] == 1 and boards[2]["meta"]["n_jobs"] == 2
+    for name in ("leaderboard.csv", "paired.csv", "aggregate.csv", "regime.csv"):
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    a, b = (pd.read_csv(d / "runs.csv").drop(columns="wall_time_s") for d in (one, two))
+    pd.testing.assert_frame_equal(a, b)
+    assert len(a) == 2 * 3  # 2 seeds x (prefill: round_robin; decode: least_kv, jsq)
+    for key in ("standings", "regimes", "seeds_rule", "failures", "stopped_early"):
+        assert boards[1][key] == boards[2][key], key
+
+
+def test_the_default_board_uses_every_core():
+    from pdgym.agents.evaluation.leaderboard_run import workers
+
+    assert workers(None) == workers(-1) == len(os.sched_getaffinity(0)) and workers(3) == 3
+
+
 # --------------------------------------------------------------------------- aliases, failures, bad input
 def test_aliases_with_equal_results_are_one_row(tmp_path):
     cfg = tiny_config(tmp_path, plots=False)

@@ -54,10 +54,11 @@ from pdgym.agents.evaluation.leaderboard_run import (
     agent_point,
     board_candidates,
     board_scenarios,
-    measure_capacity,
+    measure_capacities,
     regime_policy,
     resolve_cached,
     run_board,
+    workers,
 )
 from pdgym.agents.evaluation.leaderboard_stats import (
     aggregate,
@@ -116,8 +117,8 @@ def check_config(cfg: dict) -> dict:
     if cfg.get("split") is not None and cfg["split"] not in splits:
         raise ConfigError(f"split: got {cfg['split']!r}; allowed: {', '.join(splits)}, null")
     n_jobs = cfg.get("n_jobs")
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1):
-        raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1 (or -1: every core)")
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or not (n_jobs >= 1 or n_jobs == -1)):
+        raise ConfigError(f"n_jobs: got {n_jobs!r}; must be an integer >= 1, or -1 / null: one per core")
     check_metric_names("metrics", cfg.get("metrics"))
     for key in ("allow_stalled", "tolerate_failures"):
         check_bool(cfg.get(key, False), key)
@@ -206,8 +207,8 @@ def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], s
     narrower than its `effect` and it has fewer than `max_seeds` seeds, run it on the next len(seeds) seed
     indices. Returns all runs, all failures and {scenario: seeds added}."""
     max_seeds = int(cfg.get("max_seeds") or len(seeds))
-    runs, failures = run_board(scenarios, agents, seeds, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget,
-                               rates)
+    n_jobs = workers(cfg.get("n_jobs"))
+    runs, failures = run_board(scenarios, agents, seeds, split, n_jobs, bool(cfg["progress"]), budget, rates)
     added: dict = {}
     count = {sc.key: len(seeds) for sc in scenarios}
     nxt = max(seeds) + 1
@@ -221,7 +222,7 @@ def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], s
         more = list(range(nxt, nxt + min(len(seeds), max_seeds - min(count[sc.key] for sc in short))))
         nxt += len(more)
         print(f"seeds rule not met on {', '.join(sc.key for sc in short)}: adding seeds {more}", file=sys.stderr)
-        r2, f2 = run_board(short, agents, more, split, int(cfg["n_jobs"]), bool(cfg["progress"]), budget, rates)
+        r2, f2 = run_board(short, agents, more, split, n_jobs, bool(cfg["progress"]), budget, rates)
         runs = pd.concat([runs, r2], ignore_index=True)
         failures += f2
         for sc in short:
@@ -266,8 +267,8 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
                 note = transfer.warn_transfer("pdgym-leaderboard", label,
                                               resolve_cached(label, kind, spec, sc.point), sc.scenario)
                 transfers += [f"{note} (board scenario {sc.key})"] if note else []
-    capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
-                if sc.regime or sc.load}
+    capacity = measure_capacities([sc for sc in scenarios if sc.regime or sc.load], split,
+                                  cfg.get("capacity_requests"), workers(cfg.get("n_jobs")))
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
              if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
     runs, failures, added = add_seeds_until_enough(scenarios, agents, seeds, split, cfg, budget, rates)
@@ -279,7 +280,7 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     regimes = [measure_regime(runs, sc, capacity.get(sc.key, math.nan), rates.get(sc.key)) for sc in scenarios]
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": commit, "n_jobs": cfg["n_jobs"], "seeds_added": added, "budget_s": budget,
+            "commit": commit, "n_jobs": workers(cfg.get("n_jobs")), "seeds_added": added, "budget_s": budget,
             "banner": cfg.get("banner") or "", "transfers": transfers}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)

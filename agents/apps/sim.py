@@ -83,7 +83,7 @@ def validate(cfg: DictConfig) -> tuple:
 
 def left_unresolved(res) -> int:
     """Requests a run left unresolved at its end (rejected 'stalled': no event left; 'horizon': max_sim_time_s)."""
-    return int(res.requests.reason.isin(("stalled", "horizon")).sum())
+    return res.reason_count(("stalled", "horizon"))
 
 
 def metrics_table(rows: dict[str, dict], title: str, stopped: dict[str, int] | None = None) -> Table:

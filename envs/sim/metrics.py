@@ -148,6 +148,10 @@ class SimResult:
             self._steps = pd.DataFrame(self._step_cols, copy=False)
         return self._steps
 
+    def reason_count(self, reasons: tuple[str, ...]) -> int:
+        """Requests whose `reason` is one of `reasons` (names in requests.REASONS), read from the arrays."""
+        return int(np.isin(self._req.reason, [R.reason_code(r) for r in reasons]).sum())
+
     @property
     def num_requests(self) -> int:
         return int(self._req.n)
@@ -165,24 +169,26 @@ class SimResult:
         return out
 
     @staticmethod
-    def _request_table(req: R.RequestTable, share: bool = False, names: tuple[str, ...] = ("default",)) -> pd.DataFrame:
-        """One row per request. `share`: the arrays are final (a finished run's, or a result's snapshot), so
-        the table's plain columns are views of them rather than copies (at 1M requests ~110 MB not held twice)."""
-        import pandas as pd
-
+    def _request_columns(req: R.RequestTable, share: bool = False, names: tuple[str, ...] = ("default",)) -> dict:
+        """The request table's columns in order (requests.csv's): NumPy arrays, and (names, codes) for the three
+        named columns (class, status, reason). `share`: the arrays are final (a finished run's, or a result's
+        snapshot), so plain columns are the run's arrays themselves, not copies (at 1M requests ~110 MB not held
+        twice). Read by the frame (`_request_table`) and by the CSV writer, which needs no pandas."""
         out = req.output
         first = req.first_token
         finished = req.state == R.FINISHED
         multi = finished & (out > 1)  # finished with at least two tokens: tpot and itl are defined
         # The derived columns are computed in place, no full-length temporaries (each 8 MB at 1M requests).
         extra = {} if req.predicted is None else {"predicted_output": req.predicted}
-        frame = pd.DataFrame({
+        return {
             "id": np.arange(req.n),
+            # the class as a categorical in the frame: one byte a request (its codes), written as the class names
+            "class": (names, req.cls.astype(np.int8, copy=not share)),
             "arrival": req.arrival,
             "prompt": req.prompt,
             "output": out,
-            "status": _names(R.STATE_NAMES, req.state),
-            "reason": _names(R.REASONS, req.reason),
+            "status": (R.STATE_NAMES, req.state),
+            "reason": (R.REASONS, req.reason),
             "ttft": first - req.arrival,
             "tpot": _tpot(req, multi),
             "itl": np.where(multi, req.itl_max, np.nan),
@@ -199,9 +205,19 @@ class SimResult:
             "cached": req.cached,
             "preemptions": req.preemptions,
             **extra,
-        }, copy=not share)
-        # the class as a categorical: one byte a request (its codes), written as the class names
-        frame.insert(1, "class", pd.Categorical.from_codes(req.cls.astype(np.int8, copy=not share), categories=names))
+        }
+
+    @staticmethod
+    def _request_table(req: R.RequestTable, share: bool = False, names: tuple[str, ...] = ("default",)) -> pd.DataFrame:
+        """One row per request (`_request_columns` as a DataFrame)."""
+        import pandas as pd
+
+        cols = SimResult._request_columns(req, share, names)
+        cls_names, cls = cols.pop("class")
+        for k in ("status", "reason"):
+            cols[k] = _names(*cols[k])
+        frame = pd.DataFrame(cols, copy=not share)
+        frame.insert(1, "class", pd.Categorical.from_codes(cls, categories=cls_names))
         return frame
 
     def summary(self) -> dict:
@@ -302,15 +318,35 @@ class SimResult:
         """Write requests.<fmt>, steps.<fmt>, then metrics.json (the mark of a complete result) into `out_dir`.
 
         Each file goes to a temporary name and is renamed, so an interrupted write leaves no
-        complete-looking file; metrics.json last, so it never stands beside a missing table.
+        complete-looking file; metrics.json last, so it never stands beside a missing table. CSV tables are
+        written from the arrays (`write_csv`: pandas' bytes, without importing pandas); parquet through pandas.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").unlink(missing_ok=True)  # a previous run's mark would outlive a failed write
-        for name, table in (("requests", self.requests), ("steps", self.step_table())):
-            write_table(table, out / name, tables)
+        if tables == "csv":
+            req = self._request_columns(self._req, share=True, names=self.classes.names)
+            for name in ("class", "status", "reason"):
+                req[name] = _taken(*req[name])
+            write_csv(req, out / "requests.csv")
+            write_csv(self._step_columns(), out / "steps.csv")
+        else:
+            for name, table in (("requests", self.requests), ("steps", self.step_table())):
+                write_table(table, out / name, tables)
         write_json(out / "metrics.json", self.metrics())
         return out
+
+    def _step_columns(self) -> dict[str, np.ndarray]:
+        """The step table's columns as steps.csv holds them (`step_table`), without pandas."""
+        if "kind" not in self._step_cols:
+            raise RuntimeError("this run kept no step table (Simulator(step_log=False)): only its summary()")
+        cols = dict(self._step_cols)
+        cols["kind"] = _taken(tuple(PASS_KIND_NAMES.get(k, "") for k in range(max(PASS_KIND_NAMES) + 1)),
+                              cols["kind"])
+        for c in ("inst", "reqs"):
+            if cols[c].dtype.kind == "i":
+                cols[c] = cols[c].astype(np.int64)
+        return cols
 
     def step_table(self) -> pd.DataFrame:
         """The step table as steps.csv holds it: pass kinds by name (prefill, decode, colocated), the integer
@@ -319,6 +355,43 @@ class SimResult:
         s = self.steps
         wide = {c: s[c].astype(np.int64) for c in ("inst", "reqs") if s[c].dtype.kind == "i"}
         return s.assign(kind=s.kind.map(PASS_KIND_NAMES), **wide)
+
+
+def _taken(names: tuple[str, ...], codes: np.ndarray) -> np.ndarray:
+    """The names of `codes` as an object array (a CSV column)."""
+    return np.asarray(names, dtype=object)[codes]
+
+
+CSV_CHUNK = 100_000  # rows formatted at a time (each column's strings for these rows live at once)
+
+
+def write_csv(columns: dict[str, np.ndarray], path: Path) -> Path:
+    """`columns` (name -> equal-length arrays) to the CSV file `path`, atomically, byte for byte what pandas'
+    `DataFrame(columns).to_csv(path, index=False)` writes (tests/test_table_writer.py), without importing pandas
+    (0.3 s of pdgym-sim, issue 46): pandas formats a float column with NumPy's `astype(str)` and NaN as the empty
+    string, every other value with `str`, then hands the rows to the csv module's writer (minimal quoting, the
+    platform's line end); this does the same, a chunk of rows at a time."""
+    import csv
+    import os
+
+    n = len(next(iter(columns.values()))) if columns else 0
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator=os.linesep)
+        writer.writerow(list(columns))
+        for lo in range(0, n, CSV_CHUNK):
+            writer.writerows(zip(*(_csv_strings(c[lo:lo + CSV_CHUNK]) for c in columns.values())))
+    return path
+
+
+def _csv_strings(col: np.ndarray):
+    """One column's cells as pandas' to_csv writes them (write_csv)."""
+    if col.dtype.kind == "f":
+        out = col.astype(str).astype(object)
+        out[np.isnan(col)] = ""
+        return out
+    if col.dtype.kind == "O":
+        return col
+    return col.tolist()
 
 
 def json_safe(obj):
