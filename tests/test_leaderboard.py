@@ -282,8 +282,8 @@ def test_the_seeds_rule_adds_seeds_where_the_paired_interval_is_wider_than_the_e
 
 
 def test_a_board_in_worker_processes_is_the_serial_board(tmp_path):
-    """Issue 46: runs and capacity bursts in two worker processes give the board a serial run gives (every run is
-    seeded and alone in its process): the same tables, byte for byte, but for the wall times."""
+    """Issue 46: the runs in two worker processes give the board a serial run gives (every run is seeded and alone
+    in its process): the same tables, byte for byte, but for the wall times."""
     boards = {}
     for n in (1, 2):
         cfg = tiny_config(tmp_path / f"n{n}", plots=False, print=False, n_jobs=n)

@@ -54,7 +54,7 @@ from pdgym.agents.evaluation.leaderboard_run import (
     agent_point,
     board_candidates,
     board_scenarios,
-    measure_capacities,
+    measure_capacity,
     regime_policy,
     resolve_cached,
     run_board,
@@ -267,8 +267,8 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
                 note = transfer.warn_transfer("pdgym-leaderboard", label,
                                               resolve_cached(label, kind, spec, sc.point), sc.scenario)
                 transfers += [f"{note} (board scenario {sc.key})"] if note else []
-    capacity = measure_capacities([sc for sc in scenarios if sc.regime or sc.load], split,
-                                  cfg.get("capacity_requests"), workers(cfg.get("n_jobs")))
+    capacity = {sc.key: measure_capacity(sc, split, cfg.get("capacity_requests")) for sc in scenarios
+                if sc.regime or sc.load}
     rates = {sc.key: sc.load * capacity[sc.key] for sc in scenarios
              if sc.load and math.isfinite(capacity.get(sc.key, math.nan))}
     runs, failures, added = add_seeds_until_enough(scenarios, agents, seeds, split, cfg, budget, rates)

@@ -211,17 +211,6 @@ def workers(n_jobs: int | None) -> int:
         return os.cpu_count() or 1
 
 
-def measure_capacities(scenarios: list[BoardScenario], split: dict | None, max_requests: int | None,
-                       n_jobs: int = 1) -> dict[str, float]:
-    """{scenario key: measure_capacity} for `scenarios`, the burst runs in `n_jobs` worker processes (each run
-    is seeded and alone in its process, so the values are those of a serial loop)."""
-    from joblib import Parallel, delayed
-
-    caps = Parallel(n_jobs=min(n_jobs, max(len(scenarios), 1)), batch_size=1)(
-        delayed(measure_capacity)(sc, split, max_requests) for sc in scenarios)
-    return {sc.key: c for sc, c in zip(scenarios, caps)}
-
-
 def run_board(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
               n_jobs: int = 1, progress: bool = True, budget_s: float | None = None,
               rates: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
