@@ -15,7 +15,7 @@ from pdgym.agents.experiments.harness import write_marked
 # (figure, key in the results, kind, target as text, predicate on the value or its ratio)
 ROWS = [
     ("Simulated requests/s, DeepSeek-V3 3P x DP8 + 1D x DP32 (19,366 Azure)", "sim.disagg_requests_per_wall_s",
-     "rate", ">= 0.5", lambda r: r >= 0.5),
+     "rate", ">= 0.25", lambda r: r >= 0.25),  # issue 46: >= 0.25 on engine=python, >= 0.5 on engine=numba
     ("Simulated events/s, same", "sim.disagg_events_per_wall_s", "rate", "", None),
     ("Simulated requests/s, same, engine=numba", "sim.disagg_numba_requests_per_wall_s", "rate", ">= 0.5",
      lambda r: r >= 0.5),
