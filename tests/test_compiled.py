@@ -117,3 +117,82 @@ def test_warning_category_prints_one_line():
     with warnings.catch_warnings(record=True):
         text = warnings.formatwarning("engine=numba unavailable (x); running engine=python", EngineWarning, "f", 1)
     assert text == "pdgym: EngineWarning: engine=numba unavailable (x); running engine=python\n"
+
+
+# A decode tier that overloads: a pool of hundreds (the round reads it in growing chunks), KV tight enough that
+# requests fit nowhere (the round's too-big skip) and running ones are preempted.
+TIGHT = {**SMALL, "cluster": {**SMALL["cluster"], "decode": {"count": 2, "dp": 8, "ep": 8, "batch_limit": 16,
+                                                             "kv_capacity_tokens": 8000}},
+         "workload": {"num_requests": 600, "arrival": "poisson", "rate": 400.0,
+                      "prompt": {"dist": "uniform", "low": 200, "high": 3000},
+                      "output": {"dist": "geometric", "mean": 150, "max": 1500}}}
+
+
+def _same_runs(a: Simulator, b: Simulator) -> None:
+    assert a.n_events == b.n_events
+    for col in ("finish", "first_token", "decode_admit"):
+        assert np.array_equal(getattr(a.req, col), getattr(b.req, col), equal_nan=True), col
+    for col in ("worker", "decode_inst", "preemptions", "state", "reason"):
+        assert np.array_equal(getattr(a.req, col), getattr(b.req, col)), col
+    assert a.steps.frame().equals(b.steps.frame())
+
+
+def _counted(sim: Simulator) -> list[int]:
+    """Wrap the decode instances' compiled round: [rounds it ran, rounds it handed to the router, largest pool]."""
+    calls = [0, 0, 0]
+    inner = sim.decode[0].cost.route_kernel
+
+    def route(d) -> bool:
+        calls[2] = max(calls[2], len(d.sim.pool))
+        done = inner(d)
+        calls[0 if done else 1] += 1
+        return done
+
+    for d in sim.decode:
+        d.cost.route_kernel = route
+    return calls
+
+
+@pytest.mark.parametrize("cfg", [SMALL, TIGHT], ids=["small", "overloaded"])
+def test_the_compiled_least_kv_round_admits_as_the_router(cfg):
+    """Issue 46: under engine=numba the engine's least-KV round runs compiled (policy.LeastLoadedAdmission.route's
+    twin): every admission, preemption and finish the same, request for request."""
+    pytest.importorskip("numba")
+    a, b = Simulator(cfg, None, seed=4), Simulator({**cfg, "engine": "numba"}, None, seed=4)
+    calls = _counted(b)
+    a.run()
+    b.run()
+    _same_runs(a, b)
+    assert calls[0] > 50 and calls[1] == 0
+    if cfg is TIGHT:  # the regime the test is for: preemptions happened, and pools too large for one chunk
+        assert a.req.preemptions.sum() > 0 and calls[2] > 64
+
+
+def test_a_router_of_its_own_and_unequal_capacities_are_asked_not_compiled():
+    """A subclass of the engine's router is the user's own policy (asked, even with the same decisions), and workers
+    of unequal KV capacity take the router's sorted path: the compiled round hands both back, changing nothing."""
+    pytest.importorskip("numba")
+    from pdgym.envs.sim.policy import LeastLoadedAdmission
+
+    class Mine(LeastLoadedAdmission):
+        asked = 0
+
+        def route(self, sim, inst):
+            Mine.asked += 1
+            super().route(sim, inst)
+
+    a, b = Simulator(SMALL, {"decode": Mine()}, seed=1), Simulator({**SMALL, "engine": "numba"}, {"decode": Mine()}, seed=1)
+    calls = _counted(b)
+    a.run()
+    asked = Mine.asked
+    b.run()
+    _same_runs(a, b)
+    assert calls[0] == 0 and calls[1] > 0 and Mine.asked == 2 * asked > 0
+    a, b = Simulator(TIGHT, None, seed=2), Simulator({**TIGHT, "engine": "numba"}, None, seed=2)
+    for sim in (a, b):
+        sim.decode[1].kv_cap[3] = 9000  # one worker of the second instance holds less
+    calls = _counted(b)
+    a.run()
+    b.run()
+    _same_runs(a, b)
+    assert calls[0] > 0 and calls[1] > 0

@@ -4,8 +4,9 @@ Both give the same results bit for bit (the golden digests run on both). `kernel
 cost model: None means the Python path. numba is imported and its kernels compiled (or loaded from numba's
 on-disk cache, `cache=True`) on the first run that asks for them, never at `import pdgym`; a machine without
 numba, or where a kernel fails to compile, runs the Python path after one warning line naming why.
-What is compiled so far: the roofline cost model's decode-only and prefill-only pass times, and the NumPy of a
-decode step's start (the inner loops of the disaggregated tiers).
+What is compiled so far: the roofline cost model's decode-only and prefill-only pass times, the NumPy of a
+decode step's start (the inner loops of the disaggregated tiers), and the engine's default least-KV decode round
+(`least_kv_route`, issue 46).
 """
 
 from __future__ import annotations
@@ -44,13 +45,16 @@ def kernels(engine: str) -> SimpleNamespace | None:
         K.roofline_decode(one, one, coef)  # compile (or load from numba's cache) now, not inside a run
         K.decode_start(one, one, one, coef)
         K.roofline_prefill(np.ones(2), np.ones(2), np.ones(2), coef)
+        i64, i32, none = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        K.least_kv_round(none, i64, i64, i64, np.zeros(2, dtype=np.int8), np.zeros(2), i64, i64, i64, i32, i32,
+                         i64.copy(), i64.copy(), i64, 1, -1, 0.0, 0, 0, 0, none, none, none)
     except Exception as e:  # noqa: BLE001 (numba missing or a compile failure: the Python path, said once)
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         warnings.warn(f"engine=numba unavailable ({why}); running engine=python", EngineWarning, stacklevel=2)
         return None
     compile_seconds[engine] = time.perf_counter() - t0
     return SimpleNamespace(roofline_decode=K.roofline_decode, decode_start=K.decode_start,
-                           roofline_prefill=K.roofline_prefill, coef_names=K.COEF)
+                           roofline_prefill=K.roofline_prefill, least_kv_round=K.least_kv_round, coef_names=K.COEF)
 
 
 def _twin(cost, engine: str):
@@ -108,3 +112,52 @@ def prefill_time(cost, engine: str):
         return overhead + mx + (tokmax * comm if comm else 0.0)
 
     return prefill_pass
+
+
+def least_kv_route(engine: str):
+    """The engine's default decode round (policy.LeastLoadedAdmission.route) compiled, as `route(d) -> bool` for a
+    decode instance `d` at its step start, or None (the Python path). `route` returns False, having changed
+    nothing, when the run's decode router is not that class or the workers' KV capacities differ: the caller
+    asks the router then. Same admissions, in the same order, as the router's own round: the pool read in the same
+    growing chunks (policy.pool_in_order), the request table written by the kernel, then per admission the pool,
+    the worker's active set and the finish bucket in Python, as Simulator.admit does them."""
+    k = kernels(engine)
+    if k is None:
+        return None
+    from itertools import islice
+
+    import numpy as np
+
+    from . import requests as R
+    from .policy import LeastLoadedAdmission
+
+    kernel, decode_code = k.least_kv_round, R.DECODE
+
+    def route(d) -> bool:
+        sim = d.sim
+        if type(sim.policies["decode"]) is not LeastLoadedAdmission:
+            return False
+        req, pool, active, buckets = sim.req, sim.pool, d.active, d.buckets
+        start, chunk, too_big = 0, 16, -1
+        while True:
+            ids = list(islice(pool, start, start + chunk))
+            if not ids:
+                return True
+            taken, taken_w, taken_fs = (np.empty(len(ids), dtype=np.int64) for _ in range(3))
+            n, too_big, full = kernel(np.array(ids, dtype=np.int64), req.prompt, req.done, req.output, req.state,
+                                      req.decode_admit, req.admit_step, req.done_at_admit, req.finish_step,
+                                      req.decode_inst, req.worker, d.batch, d.kv, d.kv_cap, d.batch_limit, too_big,
+                                      sim.now, d.steps, d.idx, decode_code, taken, taken_w, taken_fs)
+            if n < 0:
+                return False
+            for rid, w, fs in zip(taken[:n].tolist(), taken_w[:n].tolist(), taken_fs[:n].tolist()):
+                del pool[rid]
+                active[w].add(rid)
+                buckets.setdefault(fs, []).append(rid)
+            d.n_batch += n
+            if full:
+                return True
+            start += len(ids) - n
+            chunk *= 2
+
+    return route

@@ -62,6 +62,7 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
                           "the values must give a finite, non-negative time")
     cost.decode_kernel = compiled.decode_time(cost, engine)
     cost.prefill_kernel = compiled.prefill_time(cost, engine)
+    cost.route_kernel = compiled.least_kv_route(engine)
     return cost
 
 

@@ -101,8 +101,10 @@ class DecodeInstance(Stepper):
         order = sim.queue_order
         if order is not None and order.preempts and sim.pool:
             self._yield_to_rank(order.key)
-        if sim.pool and self.n_batch < self.slots and sim.ask("decode", self.wake, "route", self.idx) is PAUSED:
-            return  # an agent decides the admissions: this start is replayed when the run resumes
+        if sim.pool and self.n_batch < self.slots:
+            compiled = self.cost.route_kernel  # engine=numba: the default least-KV round compiled, same admissions
+            if (compiled is None or not compiled(self)) and sim.ask("decode", self.wake, "route", self.idx) is PAUSED:
+                return  # an agent decides the admissions: this start is replayed when the run resumes
         kv, kernel = self.kv, self.cost.decode_kernel  # engine=numba: this start's NumPy compiled, same values
         if kernel is None:
             over = kv + self.batch > self.kv_cap

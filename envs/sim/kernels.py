@@ -96,3 +96,60 @@ def roofline_prefill(tokens, attn, ends, coef):  # pragma: no cover (compiled; t
     """A prefill-only pass of RooflineCost (no decode on any unit): _roofline with the prompt attention (c_pa,
     m_pa) and the LM head of the prompts ending here."""
     return _roofline(tokens, attn, ends, coef[9], coef[10], coef)
+
+
+@njit(cache=True, nogil=True)
+def least_kv_round(ids, prompt, done, output, state, decode_admit, admit_step, done_at_admit, finish_step,
+                   decode_inst, worker, batch, kv, kv_cap, limit, too_big, now, steps, idx, decode_code,
+                   taken, taken_w, taken_fs):  # pragma: no cover (compiled; twin: policy.LeastLoadedAdmission.route)
+    """The engine's least-KV round over the pool ids `ids` (a chunk, in pool order), one KV capacity: each request,
+    unless at least as large as one that fit nowhere this round (`too_big`, -1: none yet), goes to the worker of
+    least KV among those with a free slot (lowest index on ties: the heap top of (kv, worker) tuples), if its load
+    (prompt + done) fits there; else it sets `too_big`. An admission does what Simulator.admit ->
+    DecodeInstance.admit -> RequestTable.admit_decode write into the arrays (batch, kv, decode_inst, worker, state,
+    decode_admit, admit_step, done_at_admit, finish_step), and lists (rid, worker, finish step) in `taken*` for the
+    Python side (pool, active sets, finish buckets, in this order). Integers only, so the same values as the twin.
+    Returns (admitted, too_big, every worker full); admitted -1 (nothing changed) when the workers' capacities differ
+    (the twin's sorted-list path, left to Python)."""
+    dp = batch.shape[0]
+    cap = kv_cap[0]
+    free = 0
+    for w in range(dp):
+        if kv_cap[w] != cap:
+            return -1, too_big, False
+        if batch[w] < limit:
+            free += 1
+    n = 0
+    if free == 0:
+        return n, too_big, True
+    for i in range(ids.shape[0]):
+        rid = ids[i]
+        load = prompt[rid] + done[rid]
+        if too_big >= 0 and load >= too_big:
+            continue
+        best = -1
+        for w in range(dp):
+            if batch[w] < limit and (best < 0 or kv[w] < kv[best]):
+                best = w
+        if kv[best] + load > cap:
+            too_big = load
+            continue
+        batch[best] += 1
+        kv[best] += load
+        decode_inst[rid] = idx
+        worker[rid] = best
+        state[rid] = decode_code
+        decode_admit[rid] = now
+        admit_step[rid] = steps
+        done_at_admit[rid] = done[rid]
+        fs = steps + (output[rid] - done[rid])
+        finish_step[rid] = fs
+        taken[n] = rid
+        taken_w[n] = best
+        taken_fs[n] = fs
+        n += 1
+        if batch[best] == limit:
+            free -= 1
+            if free == 0:
+                return n, too_big, True
+    return n, too_big, False
