@@ -130,9 +130,9 @@ TIGHT = {**SMALL, "cluster": {**SMALL["cluster"], "decode": {"count": 2, "dp": 8
 
 def _same_runs(a: Simulator, b: Simulator) -> None:
     assert a.n_events == b.n_events
-    for col in ("finish", "first_token", "decode_admit"):
+    for col in ("finish", "first_token", "decode_admit", "itl_max", "last_tok"):
         assert np.array_equal(getattr(a.req, col), getattr(b.req, col), equal_nan=True), col
-    for col in ("worker", "decode_inst", "preemptions", "state", "reason"):
+    for col in ("worker", "decode_inst", "preemptions", "state", "reason", "done"):
         assert np.array_equal(getattr(a.req, col), getattr(b.req, col)), col
     assert a.steps.frame().equals(b.steps.frame())
 
@@ -155,8 +155,9 @@ def _counted(sim: Simulator) -> list[int]:
 
 @pytest.mark.parametrize("cfg", [SMALL, TIGHT], ids=["small", "overloaded"])
 def test_the_compiled_least_kv_round_admits_as_the_router(cfg):
-    """Issue 46: under engine=numba the engine's least-KV round runs compiled (policy.LeastLoadedAdmission.route's
-    twin): every admission, preemption and finish the same, request for request."""
+    """Issue 46: under engine=numba the engine's least-KV round and a decode step's finishes run compiled
+    (policy.LeastLoadedAdmission.route's and DecodeInstance.end_step's twins): every admission, preemption, finish
+    and inter-token gap the same, request for request."""
     pytest.importorskip("numba")
     a, b = Simulator(cfg, None, seed=4), Simulator({**cfg, "engine": "numba"}, None, seed=4)
     calls = _counted(b)
@@ -196,3 +197,28 @@ def test_a_router_of_its_own_and_unequal_capacities_are_asked_not_compiled():
     b.run()
     _same_runs(a, b)
     assert calls[0] > 0 and calls[1] > 0
+
+
+def test_a_run_with_an_observer_finishes_through_the_python_loop():
+    """An observer's on_finish reads the run between two finishes: with one attached, the step's finishes stay the
+    Python loop (the compiled one settles a step's finishes together), and the run is the same."""
+    pytest.importorskip("numba")
+    from pdgym.envs.sim.observers import Observer
+
+    class Seen(Observer):
+        def __init__(self):
+            self.batches = []
+
+        def on_finish(self, sim, rid):
+            d = sim.decode[int(sim.req.decode_inst[rid])]
+            self.batches.append(int(d.batch.sum()))
+
+    a, b = Simulator(TIGHT, None, seed=3), Simulator({**TIGHT, "engine": "numba"}, None, seed=3)
+    seen = []
+    for sim in (a, b):
+        seen.append(Seen())
+        sim.observe(seen[-1])
+    a.run()
+    b.run()
+    _same_runs(a, b)
+    assert seen[0].batches == seen[1].batches and len(seen[0].batches) == 600

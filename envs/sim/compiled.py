@@ -5,8 +5,8 @@ cost model: None means the Python path. numba is imported and its kernels compil
 on-disk cache, `cache=True`) on the first run that asks for them, never at `import pdgym`; a machine without
 numba, or where a kernel fails to compile, runs the Python path after one warning line naming why.
 What is compiled so far: the roofline cost model's decode-only and prefill-only pass times, the NumPy of a
-decode step's start (the inner loops of the disaggregated tiers), and the engine's default least-KV decode round
-(`least_kv_route`, issue 46).
+decode step's start (the inner loops of the disaggregated tiers), and, of a decode step's end -> start (issue 46),
+the step's finishes (`decode_finishes`) and the engine's default least-KV round (`least_kv_route`).
 """
 
 from __future__ import annotations
@@ -48,13 +48,16 @@ def kernels(engine: str) -> SimpleNamespace | None:
         i64, i32, none = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int64)
         K.least_kv_round(none, i64, i64, i64, np.zeros(2, dtype=np.int8), np.zeros(2), i64, i64, i64, i32, i32,
                          i64.copy(), i64.copy(), i64, 1, -1, 0.0, 0, 0, 0, none, none, none)
+        K.decode_finishes(none, 1, 0, i32, i32, np.zeros(2, dtype=np.int8), i64, i64, np.zeros(2), np.zeros(2), i64,
+                          i64, i64, np.zeros(2), np.zeros(2), i64.copy(), i64.copy(), 0, none, none)
     except Exception as e:  # noqa: BLE001 (numba missing or a compile failure: the Python path, said once)
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
         warnings.warn(f"engine=numba unavailable ({why}); running engine=python", EngineWarning, stacklevel=2)
         return None
     compile_seconds[engine] = time.perf_counter() - t0
     return SimpleNamespace(roofline_decode=K.roofline_decode, decode_start=K.decode_start,
-                           roofline_prefill=K.roofline_prefill, least_kv_round=K.least_kv_round, coef_names=K.COEF)
+                           roofline_prefill=K.roofline_prefill, least_kv_round=K.least_kv_round, decode_finishes=K.decode_finishes,
+                           coef_names=K.COEF)
 
 
 def _twin(cost, engine: str):
@@ -161,3 +164,33 @@ def least_kv_route(engine: str):
             chunk *= 2
 
     return route
+
+
+def decode_finishes(engine: str):
+    """A decode step's finishes compiled, as `finishes(d, s) -> [(rid, worker), ...]` for decode instance `d` whose
+    step `s` just ended (its clock ticked, KV grown): the requests that finish, in bucket order, their last segment
+    and the batches and KV settled (kernels.decode_finishes); the caller then removes each from its worker's active
+    set and calls Simulator.finish_request, in that order. None: the Python path. Taken only by a run without
+    observers (an observer's on_finish reads the run between two finishes; in bulk it would see them all settled)."""
+    k = kernels(engine)
+    if k is None:
+        return None
+    import numpy as np
+
+    from . import requests as R
+
+    kernel, decode_code = k.decode_finishes, R.DECODE
+
+    def finishes(d, s: int) -> list:
+        bucket = d.buckets.pop(s, None)
+        if not bucket:
+            return []
+        req = d.sim.req
+        rids, ws = np.empty(len(bucket), dtype=np.int64), np.empty(len(bucket), dtype=np.int64)
+        n = kernel(np.array(bucket, dtype=np.int64), s, d.idx, req.decode_inst, req.worker, req.state, req.finish_step,
+                   req.admit_step, req.last_tok, req.itl_max, req.done, req.output, req.prompt, d.step_t.data,
+                   d.gap.data, d.batch, d.kv, decode_code, rids, ws)
+        d.n_batch -= n
+        return list(zip(rids[:n].tolist(), ws[:n].tolist()))
+
+    return finishes

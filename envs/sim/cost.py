@@ -63,6 +63,7 @@ def build_cost_model(cfg: CostConfig, hw: HardwareProfile, model: ModelProfile,
     cost.decode_kernel = compiled.decode_time(cost, engine)
     cost.prefill_kernel = compiled.prefill_time(cost, engine)
     cost.route_kernel = compiled.least_kv_route(engine)
+    cost.finish_kernel = compiled.decode_finishes(engine)
     return cost
 
 

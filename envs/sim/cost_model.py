@@ -26,6 +26,7 @@ class CostModel(abc.ABC):
     decode_kernel: Callable | None = None  # engine=numba: (reqs, kv) -> a decode-only pass_time (compiled.py)
     prefill_kernel: Callable | None = None  # engine=numba: (tokens, attn, ends) -> a prefill-only pass_time
     route_kernel: Callable | None = None  # engine=numba: a decode instance's default least-KV round (compiled.py)
+    finish_kernel: Callable | None = None  # engine=numba: a decode step's finishes (compiled.py)
     pass_time1: Callable | None = None  # one unit (dp = 1): (tokens, attn, reqs, kv, ends) floats -> pass_time's value
 
     def __init__(self, dp: int):

@@ -184,16 +184,21 @@ class DecodeInstance(Stepper):
         sim.tokens_out += nb
         self.kv += self.batch
         req = sim.req
-        for rid in self.due(req, s):
-            if req.decode_inst[rid] != self.idx:
-                continue
-            w = int(req.worker[rid])
-            self.complete(req, rid)
-            self.batch[w] -= 1
-            self.n_batch -= 1
-            self.kv[w] -= req.prompt[rid] + req.output[rid]
-            self.active[w].discard(rid)
-            sim.finish_request(rid)
+        if self.cost.finish_kernel is not None and not sim.observers:  # engine=numba: the loop below compiled
+            for rid, w in self.cost.finish_kernel(self, s):
+                self.active[w].discard(rid)
+                sim.finish_request(rid)
+        else:
+            for rid in self.due(req, s):
+                if req.decode_inst[rid] != self.idx:
+                    continue
+                w = int(req.worker[rid])
+                self.complete(req, rid)
+                self.batch[w] -= 1
+                self.n_batch -= 1
+                self.kv[w] -= req.prompt[rid] + req.output[rid]
+                self.active[w].discard(rid)
+                sim.finish_request(rid)
         sim.pass_ended(DECODE_PASS, self.idx)
         if nb or sim.pool:
             self.start_step()

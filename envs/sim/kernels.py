@@ -153,3 +153,43 @@ def least_kv_round(ids, prompt, done, output, state, decode_admit, admit_step, d
             if free == 0:
                 return n, too_big, True
     return n, too_big, False
+
+
+@njit(cache=True, nogil=True)
+def decode_finishes(bucket, s, idx, decode_inst, worker, state, finish_step, admit_step, last_tok, itl_max, done,
+                    output, prompt, step_t, gap, batch, kv, decode_code, out_rid, out_w):  # pragma: no cover (compiled)
+    """A decode step's finishes (twin: DecodeInstance.end_step's loop over Stepper.due): each request of the step's
+    finish bucket still due (finish step `s`, decoding) on this instance settles its last segment's longest gap
+    (Stepper.segment_itl: differences and maxima, exact in any engine; Python's max keeps its first argument
+    unless the second is greater, NumPy's max propagates NaN), takes its whole output and leaves its worker's
+    batch and KV; (rid, worker) listed in order for the Python side (active sets, Simulator.finish_request).
+    Returns how many finished."""
+    n = 0
+    for i in range(bucket.shape[0]):
+        rid = bucket[i]
+        if finish_step[rid] != s or state[rid] != decode_code or decode_inst[rid] != idx:
+            continue
+        w = worker[rid]
+        s0 = admit_step[rid]
+        if s > s0:
+            g = step_t[s0] - last_tok[rid]
+            if s - s0 > 1:
+                m = gap[s0 + 1]
+                for j in range(s0 + 2, s):
+                    x = gap[j]
+                    if x != x or x > m:
+                        m = x
+                        if x != x:
+                            break
+                if m > g:
+                    g = m
+            if g > itl_max[rid]:
+                itl_max[rid] = g
+            last_tok[rid] = step_t[s - 1]
+        done[rid] = output[rid]
+        batch[w] -= 1
+        kv[w] -= prompt[rid] + output[rid]
+        out_rid[n] = rid
+        out_w[n] = w
+        n += 1
+    return n
