@@ -33,7 +33,7 @@ import tempfile
 from bench.bench_decode import EXTRA, POOL, B, N
 from bench.bench_sim import COLOC, DISAGG
 
-CASES = {"coloc": COLOC, "disagg": DISAGG}
+CASES = {"coloc": COLOC, "disagg": DISAGG, "disagg_numba": {**DISAGG, "engine": "numba"}}
 # bench_decode.dispatch_ms's normal regime: a closed loop holding N B + POOL + EXTRA requests, 9,000 requests
 ROUTE_CASES = {name: {"spec": spec, "scenario": "decode_tier_n32", "lo": 200, "hi": 320,
                       "overrides": ["oracle=true", "workload.arrival=closed", f"workload.concurrency={N * B + POOL + EXTRA}",
