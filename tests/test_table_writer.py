@@ -16,8 +16,8 @@ from test_result_memory import coloc, disagg, tiered
 @pytest.mark.parametrize("cfg", [disagg(max_sim_time_s=2.0), coloc(), tiered()], ids=["disagg_horizon", "coloc", "tiered"])
 def test_tables_are_pandas_bytes(cfg, tmp_path, monkeypatch):
     """Rejections (NaN times, -1 indices), two classes with a predictor, colocated and disaggregated steps; chunks of
-    7 rows, so the chunk joins are exercised."""
-    monkeypatch.setattr(metrics, "CSV_CHUNK", 7)
+    a few rows (100 cells), so the chunk joins are exercised."""
+    monkeypatch.setattr(metrics, "CSV_CHUNK", 100)
     res = simulate(cfg, seed=3)
     res.write(tmp_path)
     want_req = res.requests.to_csv(index=False)

@@ -362,7 +362,7 @@ def _taken(names: tuple[str, ...], codes: np.ndarray) -> np.ndarray:
     return np.asarray(names, dtype=object)[codes]
 
 
-CSV_CHUNK = 100_000  # rows formatted at a time (each column's strings for these rows live at once)
+CSV_CHUNK = 100_000  # cells formatted at a time (pandas' own chunk: 100,000 // columns rows), a few MB of strings
 
 
 def write_csv(columns: dict[str, np.ndarray], path: Path) -> Path:
@@ -370,16 +370,17 @@ def write_csv(columns: dict[str, np.ndarray], path: Path) -> Path:
     `DataFrame(columns).to_csv(path, index=False)` writes (tests/test_table_writer.py), without importing pandas
     (0.3 s of pdgym-sim, issue 46): pandas formats a float column with NumPy's `astype(str)` and NaN as the empty
     string, every other value with `str`, then hands the rows to the csv module's writer (minimal quoting, the
-    platform's line end); this does the same, a chunk of rows at a time."""
+    platform's line end); this does the same, a chunk of rows at a time (pandas' chunk size)."""
     import csv
     import os
 
     n = len(next(iter(columns.values()))) if columns else 0
+    rows = max(CSV_CHUNK // max(len(columns), 1), 1)
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator=os.linesep)
         writer.writerow(list(columns))
-        for lo in range(0, n, CSV_CHUNK):
-            writer.writerows(zip(*(_csv_strings(c[lo:lo + CSV_CHUNK]) for c in columns.values())))
+        for lo in range(0, n, rows):
+            writer.writerows(zip(*(_csv_strings(c[lo:lo + rows]) for c in columns.values())))
     return path
 
 
