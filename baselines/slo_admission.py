@@ -9,13 +9,14 @@ spread over every healthy unit. When even the smallest estimate exceeds the TTFT
 rejected at once (reason `slo`, counted as a miss and in `early_rejections`); otherwise the wrapped dispatcher
 (`base`, any registered prefill policy: SBS, least_tokens, ...) gets it as if nothing stood in front.
 
-`base: auto` (the default of every ArrivalGate) is SBS on a disaggregated cluster and least_tokens on a colocated
-one. On a P/D cluster the queue discipline (queue.order) sorts the scheduler's buffer, and only a dispatcher that
-holds a buffer lets it act: an immediate dispatcher (least_tokens) sends each arrival to a device queue at once,
-in arrival order, so EDF or priority change nothing behind it, and its device queues double TTFT against the
-estimate (measured 2026-12-04 on slo_pd_tiers, 3,000 requests, seeds 0-2: conductor over least_tokens 0.570,
-0.562, 0.560 weighted attainment with EDF or FCFS alike, 13-18 rejections; over SBS with EDF 0.895, 0.877, 0.914).
-On a colocated cluster SBS has no prefill instances to stagger, and least_tokens is its one-instance dispatch.
+`base: auto` (the default of every ArrivalGate) is SBS on a disaggregated cluster and round_robin on a colocated
+one (the PrefillAdmit env's base, envs/slo_admit.py, so its agents and this rule admit in front of the same one).
+On a P/D cluster the queue discipline (queue.order) sorts the scheduler's buffer, and only a dispatcher that holds
+a buffer lets it act: an immediate dispatcher (least_tokens, the default before) sends each arrival to a device
+queue at once, in arrival order, so EDF or priority change no TTFT behind it, and its device queues make TTFT
+about twice the estimate (measured 2026-12-04 on slo_pd_tiers, 3,000 requests, seeds 0-2: conductor over
+least_tokens 0.570, 0.562, 0.560 weighted attainment with EDF or FCFS alike, 13-18 rejections; over SBS with EDF
+0.895, 0.877, 0.914). On a colocated cluster SBS has no prefill instances to stagger.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class ArrivalGate(PrefillScheduler):
     `rejects(sim, rid)` (docs/concepts.md, "Add a policy").
 
     `base`: a prefill policy name, {name: ..., params}, a policy object, or `auto` (module docstring: SBS on a
-    disaggregated cluster, least_tokens on a colocated one, chosen at reset)."""
+    disaggregated cluster, round_robin on a colocated one, chosen at reset)."""
 
     def __init__(self, base: str | Mapping[str, Any] | PrefillScheduler = "auto"):
         self.base_spec = base
@@ -49,7 +50,7 @@ class ArrivalGate(PrefillScheduler):
 
     def reset(self, sim) -> None:
         if self.base_spec == "auto":  # a fresh dispatcher per run: a policy keeps per-run state
-            self.base = make_policy("prefill", "sbs" if sim.disaggregated else "least_tokens")
+            self.base = make_policy("prefill", "sbs" if sim.disaggregated else "round_robin")
         self.base.reset(sim)
 
     def on_arrival(self, sim, rid: int) -> None:

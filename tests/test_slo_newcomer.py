@@ -77,7 +77,7 @@ def test_the_readme_python_snippet_runs_with_the_scenarios_dispatcher(monkeypatc
 
 # ------------------------------------------------------------------ admission: ArrivalGate, conductor's base
 def test_conductors_default_base_is_sbs_on_a_pd_cluster_and_least_tokens_colocated():
-    for scen, base in (("slo_pd_tiers", "sbs"), ("slo_coloc_tiers", "least_tokens")):
+    for scen, base in (("slo_pd_tiers", "sbs"), ("slo_coloc_tiers", "round_robin")):
         sc = load_scenario(scen, ["workload.num_requests=300", "queue.order=edf"])
         auto = simulate(sc.sim, sc.policies({"prefill": "conductor"}), seed=1).requests
         named = simulate(sc.sim, sc.policies({"prefill": {"name": "conductor", "base": base}}), seed=1).requests
