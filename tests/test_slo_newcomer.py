@@ -287,3 +287,25 @@ def test_the_docs_count_the_board_and_no_longer_say_slo_tiers_were_not_tried():
     results = (ROOT / "docs" / "results.md").read_text()
     assert "were not tried: the simulator has one SLO per scenario" not in results
     assert "## SLO tiers" in results
+
+
+def test_board_tables_of_a_tiered_scenario_add_each_class_attainment():
+    import pandas as pd
+    from pdgym.agents.evaluation.leaderboard_render import scenario_frame
+    from pdgym.agents.evaluation.leaderboard_run import BoardScenario
+    from pdgym.agents.evaluation.leaderboard_stats import class_attainment, summarise
+
+    runs = pd.DataFrame([
+        {"scenario": "tiers", "policy": p, "kind": "baseline", "seed": s, "slo_attainment": v,
+         "slo_attainment_chat": v - 0.1, "slo_attainment_batch": 1.0, "ttft_mean": 0.4}
+        for p, v in (("edf", 0.85), ("fcfs", 0.82)) for s in (0, 1)] + [
+        {"scenario": "one", "policy": "jsq", "kind": "baseline", "seed": 0, "slo_attainment": 1.0, "ttft_mean": 0.3}])
+    assert class_attainment(runs[runs.scenario == "tiers"]) == ["slo_attainment_chat", "slo_attainment_batch"]
+    assert class_attainment(runs[runs.scenario == "one"]) == []
+    scs = [BoardScenario("tiers", "slo_pd_tiers", "prefill", "slo_attainment"),
+           BoardScenario("one", "ds_v3_h800_3p1d", "prefill", "slo_attainment")]
+    table = summarise(runs, scs, ["ttft_mean"])
+    frame, _ = scenario_frame(table, scs[0], ["ttft_mean"])
+    assert {"slo_attainment_chat (fraction)", "slo_attainment_batch (fraction)"} <= set(frame.columns)
+    assert list(frame.policy) == ["edf", "fcfs"]
+    assert not any("chat" in c for c in scenario_frame(table, scs[1], ["ttft_mean"])[0].columns)
