@@ -8,7 +8,8 @@ A policy from outside the tree is named `module:Class` wherever a registered nam
 `make_policies`): the module is imported (the working directory first on the path, as `python -m`
 does) and the class must subclass the decision point's protocol. Code is imported only because a
 command line or a Python call named it: whatever builds policies that a stored file names (a trained
-run's agent.json, the zoo index) does so inside `named_by_stored_file`, where `module:Class` is refused.
+run's agent.json, the zoo index) does so inside `named_by_stored_file`, where `module:Class` is refused
+(both live in envs/sim/external.py, which `queue.order` shares).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import functools
 import importlib
 import inspect
 import pkgutil
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.external import import_class, is_external, named_by_stored_file  # noqa: F401 (callers import them here)
 from pdgym.envs.sim.points import POINTS, check_points
 from pdgym.envs.sim.validation import did_you_mean
 
@@ -82,52 +83,10 @@ def registered(kind: str) -> list[str]:
     return sorted(_REGISTRY.get(kind, {}))
 
 
-def is_external(name: Any) -> bool:
-    """`module:Class` (a policy class from outside the tree), as opposed to a registered name."""
-    return isinstance(name, str) and name.count(":") == 1 and all(name.split(":"))
-
-
-_STORED_SOURCES: list[str] = []  # the stored files whose policies are being built now (innermost last)
-
-
-@contextmanager
-def named_by_stored_file(source: str | None) -> Iterator[None]:
-    """Build the policies a stored file names (`source`, e.g. "runs/x/agent.json"): a `module:Class` among
-    them is one ConfigError line, never an import (the file could name any module on the path). None: the
-    settings come from this process's command line or Python, and nothing is refused."""
-    if source is None:
-        yield
-        return
-    _STORED_SOURCES.append(source)
-    try:
-        yield
-    finally:
-        _STORED_SOURCES.pop()
-
-
 def external_class(name: str, key: str = "policy") -> type:
-    """Import `module:Class` (cwd first on sys.path); a bad module or class is one ConfigError line under `key`."""
-    import sys
-
-    if _STORED_SOURCES:
-        raise ConfigError(f"{key}: {name!r} is named by {_STORED_SOURCES[-1]}; a module:Class policy is imported "
-                          "only when the command line or a Python call names it, never because a stored file does")
-    mod_name, cls_name = name.split(":")
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        mod = importlib.import_module(mod_name)
-    except Exception as exc:  # noqa: BLE001 (any failure of the user's module is one line)
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-        raise ConfigError(f"{key}: cannot import module {mod_name!r} of {name!r} ({why}); give module:Class with "
-                          "the module importable from the working directory or PYTHONPATH") from None
-    cls = getattr(mod, cls_name, None)
-    if not inspect.isclass(cls):
-        found = sorted(n for n, v in vars(mod).items() if inspect.isclass(v) and any(
-            issubclass(v, p) for p in KINDS.values()) and v.__module__ == mod.__name__)
-        raise ConfigError(f"{key}: module {mod_name!r} has no class {cls_name!r}; its policy classes: "
-                          f"{', '.join(found) or 'none'}")
-    return cls
+    """Import `module:Class` (cwd first on sys.path; envs/sim/external.py); a bad module or class is one
+    ConfigError line under `key`."""
+    return import_class(name, key, tuple(KINDS.values()))
 
 
 def point_of(cls: type) -> list[str]:

@@ -48,7 +48,7 @@ class Rejecting(ArrivalGate):
 
     name = "slo_hindsight_replay"
 
-    def __init__(self, base: PrefillScheduler, reject: frozenset[int] = frozenset()):
+    def __init__(self, base: str | dict[str, Any] | PrefillScheduler = "auto", reject: frozenset[int] = frozenset()):
         super().__init__(base)
         self.reject_set = reject
 
@@ -61,10 +61,9 @@ class SLOHindsight(Rejecting):
     """Clairvoyant (needs oracle: true): reject at arrival what a replay of the run says misses its SLO; `base`
     dispatches the rest (module docstring)."""
 
-    def __init__(self, base: str | dict[str, Any] = "least_tokens", passes: int = 6, frac: float = 0.3,
+    def __init__(self, base: str | dict[str, Any] = "auto", passes: int = 6, frac: float = 0.3,
                  others: dict[str, Any] | None = None):
-        super().__init__(make_policy("prefill", base))
-        self.base_spec = base
+        super().__init__(base)
         check(isinstance(passes, int) and not isinstance(passes, bool) and 1 <= passes <= 10,
               "policy.prefill.passes", f"got {passes!r}; must be an integer in [1, 10]")
         self.passes = passes
@@ -78,7 +77,7 @@ class SLOHindsight(Rejecting):
         from pdgym.envs.sim import simulate
 
         pol = {k: make_policy(k, v) for k, v in self.others.items()}
-        pol["prefill"] = Rejecting(make_policy("prefill", self.base_spec), reject)
+        pol["prefill"] = Rejecting(self.base_spec, reject)
         return simulate(copy.deepcopy(cfg), pol, seed=seed)
 
     def reset(self, sim) -> None:

@@ -24,6 +24,17 @@ class Scenario:
     policy: dict  # {prefill, decode, batching}: the scenario's default policy specs
     raw: dict  # the whole composed config (for keys beyond the simulator's)
 
+    def policies(self, spec: dict | None = None) -> dict:
+        """The scenario's policies with `spec` ({'decode': 'least_kv'}: any subset of the decision points, each
+        value what make_policies takes) over them: `make_policies` alone builds only the points it is given, and
+        `simulate` runs the engine's defaults at the others, not the scenario's (SBS on slo_pd_tiers)."""
+        from pdgym.baselines import make_policies
+        from pdgym.envs.sim.points import check_points
+
+        spec = {} if spec is None else spec
+        check_points(spec, "policy name or {name, params}, e.g. {'decode': 'least_kv'}", point_key="policy")
+        return make_policies({**self.policy, **spec})
+
 
 def scenario_names() -> list[str]:
     root = importlib.resources.files("pdgym.conf") / "scenario"
@@ -56,8 +67,8 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
     if name not in names:
         raise ConfigError(f"scenario: unknown {name!r}; {did_you_mean(name, names)}allowed: {', '.join(names)}")
     raw = _compose(name, tuple(overrides))
-    sim = sim_config({k: raw[k] for k in ("hardware", "model", "cluster", "workload", "cost", "faults", "slo",
-                                          "oracle", "max_sim_time_s")})
+    # every SimConfig field the composed config has (queue.order included: a listed subset once dropped it)
+    sim = sim_config({f.name: raw[f.name] for f in dataclasses.fields(SimConfig) if f.name in raw})
     return Scenario(name=name, sim=sim, policy=dict(raw.get("policy") or {}), raw=raw)
 
 

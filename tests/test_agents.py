@@ -466,7 +466,10 @@ def test_train_cli_ends_with_the_command_that_evaluates_the_run(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     last = r.stdout.strip().splitlines()[-1]
     scenario = json.loads((out / "agent.json").read_text())["scenario"]
-    assert last.startswith(f"evaluate it: pdgym-eval policy={out} scenario={scenario}")
+    from pdgym.envs.sim.shell import app_command  # the executable as this shell runs it (.venv/bin/... off PATH)
+
+    assert last.startswith(f"evaluate it: {app_command('pdgym-eval')} policy={out} scenario={scenario}")
+    assert "best model: " in r.stdout  # which model best_model.zip is, in words
     assert "(trained with workload.num_requests=120 max_sim_time_s=8)" in last
 
 

@@ -299,6 +299,8 @@ def test_pdgym_sim_refuses_another_models_table_in_one_line(tmp_path):
     import subprocess
     import sys
 
+    from pdgym.envs.sim.shell import app_command  # the hint names the executable as this shell runs it
+
     path = _table(tmp_path / "t.csv", "qwen3_8b", "h100")
     out = tmp_path / "run"
     p = subprocess.run([sys.executable, "-m", "pdgym.agents.apps.sim", "scenario=decode_tier_n8", "workload.num_requests=20",
@@ -306,7 +308,7 @@ def test_pdgym_sim_refuses_another_models_table_in_one_line(tmp_path):
                        capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
         f"pdgym-sim: error: cost.params.path: {path} times model qwen3_8b; the scenario serves qwen3_30b_a3b: profile it "
-        "(pdgym-profile model=qwen3_30b_a3b hardware=...) or use a scenario of qwen3_8b"], p.stderr
+        f"({app_command('pdgym-profile')} model=qwen3_30b_a3b hardware=...) or use a scenario of qwen3_8b"], p.stderr
     assert not out.exists()
 
 

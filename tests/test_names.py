@@ -51,7 +51,7 @@ def test_sbs_cache_in_compare_is_the_preset_with_its_parameters():
     with open_dict(cfg):
         cfg.compare = OmegaConf.create([{"label": "a", "prefill": "sbs"}, {"label": "b", "prefill": "sbs_cache"}])
     _, _, _, sets = sim.validate(cfg)
-    (_, a), (_, b) = sets
+    (_, _, a), (_, _, b) = sets
     assert type(a["prefill"]) is type(b["prefill"])
     assert b["prefill"].allocation == "pbaa_cache" and a["prefill"].allocation != "pbaa_cache"
 

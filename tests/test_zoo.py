@@ -215,8 +215,10 @@ def test_a_zoo_entrys_training_overrides_apply_on_its_own_scenario_unless_given(
 
 
 def test_pdgym_zoo_list_shows_training_overrides_and_the_rescore_command(capsys):
+    from pdgym.envs.sim.shell import runnable
+
     assert curate.main(["list"]) == 0
     out = capsys.readouterr().out
     for ent in zoo.read_index().values():
-        assert f"re-score: {ent['rescore']['command']}" in out
+        assert f"re-score: {runnable(ent['rescore']['command'])}" in out  # as it runs from this shell
         assert f"trained on {ent['scenario']} {' '.join(ent['overrides'])}" in out

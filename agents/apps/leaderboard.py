@@ -201,6 +201,26 @@ def point_latest(out: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
+def requests_a_run(sc) -> int | None:
+    """The requests of one run of a board scenario (the phases' sum for a phased workload), None when unknown."""
+    wl = sc.raw().get("workload") or {}
+    phases = wl.get("phases") or []
+    n = sum(int(p.get("num_requests") or 0) for p in phases) if phases else wl.get("num_requests")
+    return int(n) if n else None
+
+
+def effective_banner(banner: str, seeds: list[int], added: dict, scenarios: list) -> str:
+    """The preset's banner line (what the board is) followed by what this run used: the seeds (with any the seeds
+    rule added) and each scenario's requests a run, so an override (seeds=[0,1]) is never misreported."""
+    if not banner:
+        return ""
+    more = sorted({s for extra in added.values() for s in extra})
+    sizes = ", ".join(f"{sc.key} {n:,}" for sc in scenarios if (n := requests_a_run(sc)))
+    used = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} {list(seeds)}" + (
+        f" (+ seeds {more} on some scenarios)" if more else "")
+    return f"{banner} [this run: {used}; requests a run: {sizes or 'as configured'}]"
+
+
 def add_seeds_until_enough(scenarios: list[BoardScenario], agents: list[dict], seeds: list[int], split: dict | None,
                            cfg: dict, budget: float | None, rates: dict) -> tuple[pd.DataFrame, list[dict], dict]:
     """Run the board on `seeds`, then apply the seeds rule: while a scenario's widest paired interval is not
@@ -281,7 +301,7 @@ def _board(cfg: dict, t0: float, commit: str, scenarios: list[BoardScenario], se
     rules = [seeds_rule(pairs, sc) for sc in scenarios]
     meta = {"seeds": seeds, "split": cfg.get("split"), "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
             "commit": commit, "n_jobs": workers(cfg.get("n_jobs")), "seeds_added": added, "budget_s": budget,
-            "banner": cfg.get("banner") or "", "transfers": transfers}
+            "banner": effective_banner(cfg.get("banner") or "", seeds, added, scenarios), "transfers": transfers}
     b = Board(scenarios, metrics, meta, table, runs, pairs, agg, regimes, rules, aliases, failures)
     b.standings = standings(table, scenarios, pairs)
     for name, frame in (("leaderboard.csv", table), ("runs.csv", runs), ("paired.csv", pairs),

@@ -8,7 +8,10 @@ writes DIR/requests.csv, steps.csv (`tables=parquet`: .parquet), plots (latency 
 renamed, so an interrupted run leaves no metrics.json and no complete-looking table. With
 `compare=[...]` every policy set runs on the same seeded traffic; the first set's files go
 to DIR, the others to DIR/compare/<label>/ (labels: letters, digits, `_ - .`), and
-compare.csv / the CDFs put them side by side.
+compare.csv / the CDFs put them side by side. A set may also name the queue discipline it runs under
+(`queue: edf` or `queue: {order: ltr, starve_s: 2}`, envs/sim/ordering.py) and `oracle: true` (a hindsight set:
+true output lengths exposed to it alone; its column is headed `(hindsight)`). With several SLO classes the table
+adds the SLO rows and each class's attainment and TTFT p99.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ from tqdm import tqdm
 
 SHOWN = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p95", "throughput_tok_s", "rps", "imbalance_mean",
          "chunk_util_mean", "sched_queue_s", "device_queue_s", "finished", "rejected", "wall_time_s")
+SLO_SHOWN = ("slo_attainment", "goodput_rps", "early_rejections", "preemptions", "predictor_kendall_tau")
+CLASS_SHOWN = ("slo_attainment", "ttft_p99")  # per class (envs/sim/slo.py's PER_CLASS keys)
+SET_KEYS = ("queue", "oracle")  # what a compare entry may set beside the decision points: the run's, per set
 
 
 def policy_sets(cfg) -> list[tuple[str, dict]]:
-    """(label, policy spec) for every set to run; the configured `policy` group fills gaps.
+    """(label, policy spec) for every set to run; the configured `policy` group fills gaps. A spec may hold
+    `queue` / `oracle` (SET_KEYS): that set's own simulator settings (set_config).
 
     Labels become folder names (DIR/compare/<label>): validated, and unique.
     """
@@ -50,12 +57,35 @@ def policy_sets(cfg) -> list[tuple[str, dict]]:
         label = check_label(e.pop("label", f"set{i}"), f"compare[{i}].label")
         check(label not in [lb for lb, _ in out], f"compare[{i}].label",
               f"duplicate label {label!r}; every policy set needs its own")
-        unknown = set(e) - set(POINTS)
-        check(not unknown, f"compare[{i}]", f"unknown keys {sorted(unknown)}; allowed: label, {', '.join(POINTS)}")
+        unknown = set(e) - set(POINTS) - set(SET_KEYS)
+        check(not unknown, f"compare[{i}]", f"unknown keys {sorted(unknown)}; allowed: label, {', '.join(POINTS)}, "
+              f"{', '.join(SET_KEYS)}")
         spec = dict(base)
         spec.update(e)
         out.append((label, spec))
     return out
+
+
+def set_config(sim_cfg, spec: dict, i: int | None):
+    """(the simulator config of one compare set: `sim_cfg` with the set's `queue` / `oracle` over it, the policy
+    spec without them). `queue: NAME` is `queue: {order: NAME}`; a bad value names compare[i]."""
+    from pdgym.envs.scenario import merge_sim_config
+
+    spec = dict(spec)
+    own = {k: spec.pop(k) for k in SET_KEYS if k in spec}
+    if not own:
+        return sim_cfg, spec
+    where = f"compare[{i}]"
+    if isinstance(own.get("queue"), str):
+        own["queue"] = {"order": own["queue"]}
+    check(isinstance(own.get("queue", {}), dict), f"{where}.queue",
+          f"got {own.get('queue')!r}; must be an order name (queue: edf) or {{order: ..., starve_s: ...}}")
+    check(isinstance(own.get("oracle", False), bool), f"{where}.oracle", f"got {own.get('oracle')!r}; must be true "
+          "or false")
+    try:
+        return merge_sim_config(sim_cfg, own), spec
+    except ConfigError as e:
+        raise ConfigError(f"{where}.{e}") from None
 
 
 def validate(cfg: DictConfig) -> tuple:
@@ -66,18 +96,26 @@ def validate(cfg: DictConfig) -> tuple:
     check(isinstance(cfg.get("trace", False), bool), "trace", f"got {cfg.get('trace')!r}; must be true or false")
     tables = check_table_format(cfg.get("tables", "csv"))
     sim_cfg = sim_config_from(cfg)
-    specs = policy_sets(cfg)
+    specs = []
+    for i, (label, spec) in enumerate(policy_sets(cfg)):
+        own_cfg, spec = set_config(sim_cfg, spec, i)
+        specs.append((label, own_cfg, spec))
     sets = []
-    for i, (label, spec) in enumerate(specs):
+    for i, (label, own_cfg, spec) in enumerate(specs):
         try:
-            sets.append((label, make_policies(spec)))
+            sets.append((label, own_cfg, make_policies(spec)))
         except ConfigError as e:  # name the compare entry the bad policy came in, not the policy group
             if not cfg.get("compare"):
                 raise
             raise ConfigError(str(e).replace("policy.", f"compare[{i}].", 1)) from None
-    for _, spec in specs:  # instances built (capacity checks), each set's policies (fresh: a policy keeps per-run
-        # state) bound to them up to the first instant (SBS on a colocated cluster fails here, not mid-run)
-        Simulator(sim_cfg, make_policies(spec), seed=seed).run(until=0.0)
+    for i, (_, own_cfg, spec) in enumerate(specs):  # instances built (capacity checks), each set's policies (fresh:
+        # a policy keeps per-run state) bound to them up to the first instant (SBS on a colocated cluster fails here)
+        try:
+            Simulator(own_cfg, make_policies(spec), seed=seed).run(until=0.0)
+        except ConfigError as e:  # a set's queue order or oracle-only policy: name the entry
+            if not cfg.get("compare") or str(e).startswith("compare["):
+                raise
+            raise ConfigError(f"compare[{i}]: {e}") from None
     return seed, tables, sim_cfg, sets
 
 
@@ -86,15 +124,25 @@ def left_unresolved(res) -> int:
     return res.reason_count(("stalled", "horizon"))
 
 
-def metrics_table(rows: dict[str, dict], title: str, stopped: dict[str, int] | None = None) -> Table:
+def shown_keys(rows: dict[str, dict], classes: list[str]) -> tuple[str, ...]:
+    """The table's rows: SHOWN, the prefix-cache keys where a run has a cache, and with several SLO classes the SLO
+    keys and each class's CLASS_SHOWN (slo_attainment_chat, ttft_p99_chat, ...)."""
+    cache = any(m.get(k) for m in rows.values() for k in PREFIX_KEYS)
+    slo = SLO_SHOWN + tuple(f"{k}_{c}" for c in classes for k in CLASS_SHOWN) if len(classes) > 1 else ()
+    return SHOWN + (PREFIX_KEYS if cache else ()) + slo
+
+
+def metrics_table(rows: dict[str, dict], title: str, stopped: dict[str, int] | None = None,
+                  classes: list[str] = (), hindsight: set[str] = frozenset()) -> Table:
     """Metrics as rows, policy sets as columns (fits a terminal whatever the number of metrics); a set whose run
-    left requests unresolved (`stopped`: label -> how many) is headed STALLED (its means cover the rest only)."""
+    left requests unresolved (`stopped`: label -> how many) is headed STALLED (its means cover the rest only), a
+    set run with oracle: true (`hindsight`) is headed so."""
     t = Table(title=title)
     t.add_column("metric")
     for label in rows:
-        t.add_column(f"{label} (STALLED)" if (stopped or {}).get(label) else label, justify="right")
-    cache = any(m.get(k) for m in rows.values() for k in PREFIX_KEYS)  # prefix-cache rows where a run has a cache
-    for k in SHOWN + (PREFIX_KEYS if cache else ()):
+        head = f"{label} (hindsight)" if label in hindsight else label
+        t.add_column(f"{head} (STALLED)" if (stopped or {}).get(label) else head, justify="right")
+    for k in shown_keys(rows, list(classes)):
         t.add_row(k, *[_fmt(m.get(k)) for m in rows.values()])
     return t
 
@@ -128,17 +176,17 @@ def main(cfg: DictConfig) -> dict:
     out = run_dir()
     for stale in ("metrics.json", "compare.csv"):  # a reused run folder: its old result must not stand
         (out / stale).unlink(missing_ok=True)
-    dirs = {label: out if i == 0 else inside(out, "compare", label) for i, (label, _) in enumerate(sets)}
+    dirs = {label: out if i == 0 else inside(out, "compare", label) for i, (label, _, _) in enumerate(sets)}
     if len(sets) > 1:  # folders of pdgym's own, never through a link planted at their names: checked before the runs
         safe_files.make_dir(out / "compare", "compare")
-        for label, _ in sets[1:]:
+        for label, _, _ in sets[1:]:
             safe_files.make_dir(out / "compare" / label, "compare")
     results, passes = {}, {}
-    for label, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1 or None):
+    for label, own_cfg, pols in tqdm(sets, desc="policy sets", disable=len(sets) == 1 or None):
         if cfg.get("trace", False):
-            results[label], passes[label] = simulate_traced(sim_cfg, pols, seed=seed)
+            results[label], passes[label] = simulate_traced(own_cfg, pols, seed=seed)
         else:
-            results[label] = simulate(sim_cfg, pols, seed=seed)
+            results[label] = simulate(own_cfg, pols, seed=seed)
     first = next(iter(results))
     rows = {label: res.metrics() for label, res in results.items()}
     for label, res in results.items():
@@ -164,7 +212,11 @@ def main(cfg: DictConfig) -> dict:
     scenario = cfg.get("scenario_name", "scenario")
     console = Console()  # not a terminal (a pipe, a log): rich's 80 columns would cut the names; the table's own width
     stopped = {label: left_unresolved(res) for label, res in results.items()}
-    Console(width=None if console.is_terminal else 400).print(metrics_table(rows, f"{scenario} (seed {seed})", stopped))
+    classes = list(results[first].classes.names)
+    hindsight = {label for label, own_cfg, _ in sets if own_cfg.oracle}
+    Console(width=None if console.is_terminal else 400).print(
+        metrics_table(rows, f"{scenario} (seed {seed}, {sim_cfg.workload.num_requests} requests)", stopped, classes,
+                      hindsight))
     for label, n in stopped.items():
         if n:  # a policy that stops serving (or a horizon) is never read as a fast one (agents/evaluation/stalls.py)
             print(f"pdgym-sim: warning: {label}: {n} of {len(results[label].requests)} requests never resolved "

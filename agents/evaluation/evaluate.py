@@ -15,7 +15,7 @@ disjoint traffic.
 from __future__ import annotations
 
 from pdgym.agents.evaluation.candidates import Candidate, resolve
-from pdgym.agents.evaluation.metric_keys import check_metric_names, direction
+from pdgym.agents.evaluation.metric_keys import check_metric_names, class_metric, direction
 from pdgym.agents.evaluation.runner import check_budget, check_policies, evaluate, write_evaluation
 from pdgym.envs.sim import Simulator
 from pdgym.envs.sim.config import ConfigError
@@ -41,18 +41,22 @@ def _app(cfg) -> dict:
                   desc=f"{cand.label} on {scenario}", budget_s=budget)
     out = run_dir()
     allow = bool(data.get("allow_stalled"))
-    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget, "allow_stalled": allow},
-                            data.get("tables", "csv"))
+    oracle = bool(data.get("oracle"))  # true output lengths exposed: whatever the policy, not a deployable row
+    kind = "hindsight" if oracle else cand.kind
+    path = write_evaluation(ev, out, scenario, {"split": split_name, "budget_s": budget, "allow_stalled": allow,
+                                                "kind": kind, "oracle": oracle}, data.get("tables", "csv"))
     stats = ev.stats()
     ci = escape("[min, max]") if len(seeds) <= 2 else "95% CI"  # a bootstrap over 2 seeds is their range
     # the title as its own line: inside the table rich wraps it to the table's width ("seeds [0, / 1, 2]")
-    print(f"{cand.label} ({cand.kind}, {cand.point}) on {scenario}, seeds {seeds}")
+    print(f"{cand.label} ({kind}{', oracle: true' if oracle else ''}, {cand.point}) on {scenario}, seeds {seeds}"
+          f" of the {split_name or 'scenario as it is'}{' split' if split_name else ''}, "
+          f"{(data.get('workload') or {}).get('num_requests')} requests each")
     t = Table(caption=("one seed: no interval" if len(seeds) == 1 else escape("[min, max] of the 2 seeds (a 95% "
                        "interval needs more seeds)") if len(seeds) == 2 else "95% CI: percentile bootstrap of the mean "
                        "over seeds"))
     for col in ("metric", "direction", "mean", ci, "std"):
         t.add_column(col, justify="left" if col in ("metric", "direction") else "right")
-    for k in show:
+    for k in with_class_rows(show, stats):
         st = stats.get(k)
         if st is None:  # a per-class name of a class this scenario does not have
             t.add_row(k, "-", "no such SLO class in this scenario", "-", "-")
@@ -70,6 +74,19 @@ def _app(cfg) -> dict:
     stalls.refuse("pdgym-eval", [f"{cand.label} seed {s}" for s, m in zip(ev.seeds, ev.per_seed) if m["stopped"]],
                   allow, sweep_checked=True)  # a multirun's jobs go on; main's after_sweep exits 1 at its end
     return stats
+
+
+def with_class_rows(show: list[str], stats: dict) -> list[str]:
+    """`show`, plus, when the runs have several SLO classes, the SLO rows (SLO_ROWS) and each class's attainment
+    and TTFT p99 (slo_attainment_chat, ttft_p99_chat, ...) that `show` does not list already."""
+    classes = [k[len("slo_attainment_"):] for k in stats if class_metric(k) == "slo_attainment"]
+    if len(classes) < 2:
+        return list(show)
+    extra = [*SLO_ROWS, *(f"{k}_{c}" for c in classes for k in ("slo_attainment", "ttft_p99"))]
+    return [*show, *(k for k in extra if k not in show)]
+
+
+SLO_ROWS = ("slo_attainment", "goodput_rps", "early_rejections")
 
 
 def agent_traffic(data: dict, cand: Candidate, scenario: str, app: str = "pdgym-eval") -> dict:

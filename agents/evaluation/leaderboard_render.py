@@ -86,7 +86,7 @@ def scenario_frame(table: pd.DataFrame, sc: BoardScenario, metrics: list[str], p
                 col.append(f"{r.rel:+.1%}{ci} {r.verdict}")
         out["vs reference (paired)"] = col
     notes = []
-    for m in metrics:
+    for m in dict.fromkeys([*metrics, *t.metric]):  # the board's metrics, then any the scenario adds (per class)
         if m == sc.primary or (m.startswith("pool_") and sc.point != "decode"):  # the pool is the router's
             continue
         c = _cell(t, m, ci=False)

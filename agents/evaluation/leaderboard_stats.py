@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 from pdgym.agents.evaluation.leaderboard_run import BoardScenario, regime_policy
-from pdgym.agents.evaluation.metric_keys import direction, metric_columns
+from pdgym.agents.evaluation.metric_keys import class_metric, direction, metric_columns
 from pdgym.agents.evaluation.stats import describe, interval, paired_ratio, verdict
 from pdgym.envs.sim.config import ConfigError
 
@@ -71,12 +71,19 @@ def summarise(runs: pd.DataFrame, scenarios: list[BoardScenario], metrics: list[
             g = sub[sub.policy == pol]
             kind = g.kind.iloc[0]
             n_stop = stalls.n_stopped(g.stopped) if "stopped" in g else 0
-            for m in dict.fromkeys([sc.primary, *metrics]):
+            for m in dict.fromkeys([sc.primary, *metrics, *class_attainment(sub)]):
                 s = stalls.honest(m, interval(g[m].tolist()), n_stop)
                 rows.append({"scenario": sc.key, "policy": pol, "kind": kind, "metric": m, "mean": s["mean"],
                              "ci_low": s["ci_low"], "ci_high": s["ci_high"], "seeds": len(g) if n_stop else s["n"],
                              "stalled": n_stop})
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
+
+
+def class_attainment(sub: pd.DataFrame) -> list[str]:
+    """The per-class attainment columns (slo_attainment_chat, ...) of one scenario's runs when they have several SLO
+    classes: a board of tiers shows each tier's attainment beside the weighted one."""
+    cols = [c for c in sub.columns if class_metric(c) == "slo_attainment" and sub[c].notna().any()]
+    return cols if len(cols) > 1 else []
 
 
 def rank(sub: pd.DataFrame, metric: str) -> list[str]:

@@ -6,7 +6,14 @@ far above the i.i.d. formula's: `rel_se` is its standard error by batch means (B
 batches, whose means are close to independent), relative to the theory, and `z` = rel_err / rel_se. A
 deviation of a few percent with |z| < 2 is sampling noise of a run that is too short, not a bias of the
 event core; |z| > 3 would be one. A point whose rel_se exceeds `max_rel_se` (half the report's +-3% band)
-cannot resolve the band and is flagged out of regime."""
+cannot resolve the band and is flagged out of regime.
+
+Each load gets the length its precision needs: the error of the mean wait falls as 1/sqrt(n) while the waits'
+correlation time grows as (1 - rho)^-2, so one `num_requests` for every rho was either wasteful at low load or too
+short near saturation (200,000 requests gave rel_se 1.64% at rho 0.8, out of regime at the defaults). A point
+whose first run misses `max_rel_se` is run again, from scratch, at the length that first estimate says reaches
+it with a margin (n (rel_se / max_rel_se)^2 x GROWTH_MARGIN, at most `max_requests`), and judged on that run
+alone; a point still above it is flagged as before."""
 
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ def service_time(sim_cfg, policies) -> float:
 
 
 BATCHES = 20
+GROWTH_MARGIN = 1.3  # the first run's rel_se is itself an estimate (20 batches: about 16% relative error)
 
 
 def batch_means_se(x: np.ndarray, batches: int = BATCHES) -> float:
@@ -50,10 +58,22 @@ def wait_for(sim_cfg, policies, d: float, rho: float, n: int, seed: int) -> tupl
     return float(waits.mean()), wait_theory, batch_means_se(waits)
 
 
+def needed_requests(n: int, rel_se: float, target: float, cap: int) -> int:
+    """The run length that reaches relative standard error `target`, from a run of `n` requests that reached
+    `rel_se` (SE ~ 1/sqrt(n)), with GROWTH_MARGIN, capped at `cap`; `n` itself when it is precise enough."""
+    if not rel_se > target or n >= cap:
+        return n
+    return min(cap, int(np.ceil(n * (rel_se / target) ** 2 * GROWTH_MARGIN)))
+
+
 def headline_is_measured(p) -> None:
-    """The headline load `rho` is one of the swept `rhos` (it was silently replaced by the nearest one)."""
+    """The headline load `rho` is one of the swept `rhos` (it was silently replaced by the nearest one), and the
+    cap on a point's length is not below its first length."""
     if float(p.rho) not in [float(r) for r in p.rhos]:
         raise ConfigError(f"repro.rho: got {p.rho!r}; must be one of repro.rhos {list(p.rhos)} (the headline point)")
+    if int(p.max_requests) < int(p.num_requests):
+        raise ConfigError(f"repro.max_requests: got {p.max_requests!r}; must be >= repro.num_requests "
+                          f"({p.num_requests}): a point's first run is num_requests long")
 
 
 @experiment(within={"rho": "(0, 1)", "rhos": "(0, 1)", "max_rel_se": "(0, inf)"}, check=headline_is_measured)
@@ -64,19 +84,24 @@ def run(exp: Experiment) -> dict:
     d = service_time(sim_cfg, policies)
     rows = []
     for rho in tqdm(list(p.rhos), desc="md1 loads"):
-        ws, wt, se = wait_for(sim_cfg, policies, d, float(rho), int(p.num_requests), exp.seed)
-        rows.append({"rho": float(rho), "wait_sim": ws, "wait_theory": wt, "rel_err": ws / wt - 1,
+        n = int(p.num_requests)
+        ws, wt, se = wait_for(sim_cfg, policies, d, float(rho), n, exp.seed)
+        grown = needed_requests(n, se / wt, float(p.max_rel_se), int(p.max_requests))
+        if grown > n:  # too short to resolve the band at this load: one run of the length it needs (docstring)
+            n = grown
+            ws, wt, se = wait_for(sim_cfg, policies, d, float(rho), n, exp.seed)
+        rows.append({"rho": float(rho), "num_requests": n, "wait_sim": ws, "wait_theory": wt, "rel_err": ws / wt - 1,
                      "rel_se": se / wt, "z": (ws / wt - 1) / (se / wt) if se > 0 else float("nan")})
     table = pd.DataFrame(rows)
     main_rho = float(p.rho)  # one of the rhos (headline_is_measured)
     for r in rows:  # a run too short to resolve the band is not a test of the event core: flag it
         exp.regime(f"{'headline' if r['rho'] == main_rho else 'sweep'} rho {r['rho']}",
                    "relative standard error of the mean wait", r["rel_se"], hi=float(p.max_rel_se),
-                   note="(raise repro.num_requests)")
+                   note="(raise repro.max_requests)")
     exp.table(table)
     plots.lines(table.rho.tolist(), {"simulated": table.wait_sim.tolist(), "Pollaczek-Khinchine":
                 table.wait_theory.tolist()}, "utilisation rho", "mean wait (s)", exp.figure("md1_wait.png"))
     main = table[table.rho == main_rho].iloc[0]
-    return {"rho": float(main.rho), "service_s": d, "num_requests": int(p.num_requests),
+    return {"rho": float(main.rho), "service_s": d, "num_requests": int(main.num_requests),
             "wait_sim": float(main.wait_sim), "wait_theory": float(main.wait_theory),
             "rel_err": float(main.rel_err), "rel_se": float(main.rel_se), "z": float(main.z), "sweep": rows}

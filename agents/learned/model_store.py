@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.shell import python_command
 
 # What reading a damaged or foreign archive can raise (all become one ModelFileError line).
 READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyError, ValueError, TypeError,
@@ -306,7 +307,7 @@ def checked_bytes(path: Path, sha256: str) -> bytes:
     got = hashlib.sha256(data).hexdigest()
     if got != sha256:
         raise ModelFileError(f"{path}: sha256 {got[:16]}... differs from the {sha256[:16]}... recorded for it; the "
-                             "archive was changed or damaged (refresh the entry: python -m pdgym.agents.zoo add)")
+                             f"archive was changed or damaged (refresh the entry: {python_command()} -m pdgym.agents.zoo add)")
     return data
 
 

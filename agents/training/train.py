@@ -256,15 +256,30 @@ def train_from_overrides(overrides: list[str], out: Path, name: str | None = Non
     return train(to_container(cfg), out)
 
 
+def kept_line(s: dict) -> str:
+    """Which model best_model.zip is, in words: a run whose RL steps never beat its behaviour-cloned start on
+    validation ships the clone, and says so (the default run did: 2,048 MaskablePPO steps, best at step 0)."""
+    best, primary = s.get("best_timesteps"), s["primary"]
+    value = f"{primary} {s['objective']:.6g} on validation"
+    if best == 0 and s.get("bc"):
+        steps = s["timesteps"]
+        return (f"best model: the behaviour-cloned policy (step 0, a clone of {s['bc']['teacher']}): "
+                + (f"the {steps} RL steps never beat it ({value}); more total_timesteps or another agent may"
+                   if steps else f"no RL step ran ({value})"))
+    return f"best model: step {best} of {s['timesteps']} ({value})"
+
+
 def _task(cfg) -> float | None:
     """One training run in Hydra's run directory (looked up by name: launchers may run it elsewhere)."""
     from pdgym.agents.common import run_dir, to_container
+    from pdgym.envs.sim.shell import app_command
 
     data = to_container(cfg)
     s = train(data, run_dir())
     print(f"{s['name']}: {s['timesteps']} steps in {s['wall_time_s']:.0f} s; run in {run_dir()}")
+    print(kept_line(s))
     env = validate(data)[1]  # the next step: the test windows of the scenario it was trained on
-    print(f"evaluate it: pdgym-eval policy={run_dir()} scenario={env.scenario}"
+    print(f"evaluate it: {app_command('pdgym-eval')} policy={run_dir()} scenario={env.scenario}"
           + (f"  (trained with {' '.join(env.overrides)})" if env.overrides else ""))
     return s["objective"]  # for sweepers (Optuna): the best validation value of env.primary
 

@@ -33,6 +33,7 @@ from pdgym.agents.learned import model_store, zoo_store
 from pdgym.envs.scenario import trace_splits
 from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.shell import runnable
 
 APP = "pdgym-zoo"
 # Recorded per seed for every entry (besides its own primary metric): what a re-score compares.
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             print(summary_line(name, ent))
             print(f"  trained on {ent['scenario']} {' '.join(ent['overrides'])}".rstrip()
                   + f" by: {ent['trained']['command']}")
-            print(f"  re-score: {ent['rescore'].get('command') or rescore_command(name, ent)}")
+            print(f"  re-score: {runnable(ent['rescore'].get('command') or rescore_command(name, ent))}")
         return 0
     if args.cmd == "add":
         ent = add(args.name, args.run, args.command, args.commit, args.reference, args.seeds,

@@ -15,6 +15,7 @@ import numpy as np
 from . import safe_files
 from .cost_model import CostModel
 from .notices import CostWarning
+from .shell import app_command
 from .validation import ConfigError, check
 
 # Published EB calibration, H200 + Qwen3-8B (ALGORITHMS.md s5). a_mb and b_kv were not
@@ -119,11 +120,13 @@ class TableCost(CostModel):
                   f"a table times one {c}")
         if model is not None and "model" in named and named["model"][0] != model:
             raise ConfigError(f"{key}: {path} times model {named['model'][0]}; the scenario serves {model}: profile "
-                              f"it (pdgym-profile model={model} hardware=...) or use a scenario of {named['model'][0]}")
+                              f"it ({app_command('pdgym-profile')} model={model} hardware=...) or use a scenario of "
+                              f"{named['model'][0]}")
         if hardware is not None and "hardware" in named and named["hardware"][0] != hardware:
             warnings.warn(f"{key}: {path} was timed on hardware {named['hardware'][0]}; the scenario runs {hardware}, "
                           f"and its passes take {named['hardware'][0]}'s times (right for one silicon, e.g. h100 -> "
-                          f"h800; for {hardware}'s own: pdgym-profile hardware={hardware})", CostWarning, stacklevel=2)
+                          f"h800; for {hardware}'s own: {app_command('pdgym-profile')} hardware={hardware})",
+                          CostWarning, stacklevel=2)
 
     def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
         dx = decode_kv if self.by_kv else decode_reqs

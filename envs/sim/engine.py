@@ -37,7 +37,7 @@ from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
 from .steplog import StepLog, SummaryLog
-from .view import RunView
+from .view import OrderView, RunView
 from .workload import make_workload
 
 DEVICE_ARRIVE, KV_READY, TIMER, ARRIVE = (int(k) for k in (
@@ -90,7 +90,7 @@ class Simulator:
         self.policies = resolve_policies(policies or {})  # decision point name -> policy (points.POINTS)
 
         self.now = 0.0
-        self.queue_order = make_order(self, cfg.queue)  # None: arrival order (ordering.py)
+        self.queue_order = make_order(self, cfg.queue, OrderView)  # None: arrival order (ordering.py)
         self.buffer: dict[int, None] = new_queue(self.queue_order)
         self.pool: dict[int, None] = new_queue(self.queue_order)
         self.paused = False

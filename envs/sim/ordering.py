@@ -25,6 +25,12 @@ release order, BR-0 admission by deadline, ...). Like vLLM's `--scheduling-polic
 
 A discipline reads only what the view exposes (class, arrival, predicted length, remaining work) except
 sjf_oracle, which is refused unless the run is an oracle run.
+
+A discipline of your own is `queue.order=module:Class` (envs/sim/external.py: imported only because the command
+line or a Python call named it), a subclass of QueueOrder defining `key(rid)`, smaller served first, from
+`self.req` (the policies' read-only request view: true output lengths hidden unless oracle: true),
+`self.classes` and `self.sim.now`; `dynamic = True` when the key changes with time, `needs_predictor = True` when
+it reads `req.predicted`. docs/concepts.md, "Add a policy", has one.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .external import import_class, is_external
 from .registry import Registry
 from .validation import ConfigError, check, is_num
 
@@ -46,11 +53,12 @@ __all__ = ["ORDERS", "OrderedQueue", "QueueConfig", "QueueOrder", "make_order", 
 class QueueConfig:
     """`queue`: the engine's queue discipline (admission control is a prefill policy: baselines/slo_admission.py)."""
 
-    order: str = "fcfs"  # a name in ORDERS (module docstring)
+    order: str = "fcfs"  # a name in ORDERS (module docstring), or module:Class (a QueueOrder of your own)
     starve_s: float = 5.0  # ltr: a request waiting longer than this is promoted
 
     def validate(self, key: str = "queue") -> None:
-        check(self.order in ORDERS, f"{key}.order", f"got {self.order!r}; allowed: {', '.join(ORDERS.names())}")
+        check(self.order in ORDERS or is_external(self.order), f"{key}.order",
+              f"got {self.order!r}; allowed: {', '.join(ORDERS.names())}, or module:Class (a QueueOrder subclass)")
         check(is_num(self.starve_s) and math.isfinite(self.starve_s) and self.starve_s > 0, f"{key}.starve_s",
               f"got {self.starve_s!r}; must be a finite number > 0")
 
@@ -185,10 +193,27 @@ def seconds_per_prefill_token(sim) -> float:
     return float(inst.cost.pass_time(tok, attn, z, z)) / chunk
 
 
-def make_order(sim, cfg: QueueConfig) -> QueueOrder | None:
-    """The run's discipline, or None for fcfs (the engine then touches no queue)."""
+def external_order(name: str) -> type:
+    """`queue.order=module:Class`: the imported class, a QueueOrder subclass (one ConfigError line otherwise)."""
+    cls = import_class(name, "queue.order", (QueueOrder,), "queue order")
+    if not issubclass(cls, QueueOrder):
+        raise ConfigError(f"queue.order: {name} does not subclass {QueueOrder.__module__}.QueueOrder")
+    return cls
+
+
+def make_order(sim, cfg: QueueConfig, outside_view: Callable | None = None) -> QueueOrder | None:
+    """The run's discipline, or None for fcfs (the engine then touches no queue). A discipline from outside the tree
+    is built on `outside_view(sim)` (the engine passes view.OrderView: what policies may read), never the engine."""
     if cfg.order == "fcfs":
         return None
+    if is_external(cfg.order):
+        cls = external_order(cfg.order)
+        if cls.needs_predictor and sim.req.predicted is None:
+            raise ConfigError(f"queue.order: {cfg.order} reads the predicted output length and the workload has no "
+                              "predictor; set workload.predictor.kind (oracle, lognormal, buckets)")
+        if outside_view is None:
+            raise ConfigError("queue.order: a module:Class discipline needs the engine's read-only view")
+        return cls(outside_view(sim), cfg)
     cls = ORDERS[cfg.order]
     if cls.needs_predictor and sim.req.predicted is None:
         raise ConfigError(f"queue.order: {cfg.order} orders by the predicted output length and the workload has "

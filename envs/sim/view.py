@@ -114,6 +114,22 @@ class SimView(Protocol):
     def pause(self) -> None: ...
 
 
+class OrderView:
+    """What a queue discipline from outside the tree (queue.order=module:Class, ordering.py) is built on instead of
+    the engine: the policies' request view (true output lengths hidden unless oracle: true), copies of the classes
+    and the config, and the clock."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+        self.req = RequestView(engine.req, engine.cfg.oracle)
+        self.classes = engine.classes.copy()
+        self.cfg = copy.deepcopy(engine.cfg)
+
+    @property
+    def now(self) -> float:
+        return self._engine.now
+
+
 class RunView(Frozen):
     """The `SimView` of a running engine (built once per run; every attribute follows the run)."""
 
