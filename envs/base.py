@@ -332,6 +332,7 @@ class PdgymEnv(gym.Env):
         self.core = self._make_core(options)
         self._size_core(probe)
         self.observation_space, self.action_space = self.core.spaces()
+        self.core_observation_space = self.observation_space  # the core's own (the Dict's obs_key under mask_in_obs)
         check(isinstance(mask_in_obs, bool), "env.mask_in_obs", f"got {mask_in_obs!r}; must be true or false")
         self.mask_in_obs, self.obs_key, self.mask_key = mask_in_obs, obs_key, mask_key
         if mask_in_obs:

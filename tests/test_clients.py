@@ -81,25 +81,33 @@ def test_a_spawned_async_vector_env_steps():
 
 
 # ------------------------------------------------------------------ item 2: the mask where clients look
-def play(env, steps: int, mask_of) -> None:
-    """Step `env` with the first allowed action; at every observation the mask in obs and info is action_masks()."""
+def play(env, steps: int, mask_of) -> int:
+    """Step `env` with random allowed actions; at every observation (the last of an episode too) the mask in obs
+    and info is action_masks(). Returns the episodes ended."""
     obs, info = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    ended = 0
     for _ in range(steps):
         mask = env.unwrapped.action_masks()
         assert env.observation_space.contains(obs)
         assert np.array_equal(info["action_mask"], mask) and info["action_mask"].dtype == bool and mask.any()
         if mask_of is not None:
             assert np.array_equal(mask_of(obs).astype(bool), mask)
-        obs, _, term, trunc, info = env.step(int(np.flatnonzero(mask)[0]))
+        obs, _, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(mask))))
         if term or trunc:
+            assert env.observation_space.contains(obs) and np.array_equal(info["action_mask"], env.unwrapped.action_masks())
+            if mask_of is not None:
+                assert np.array_equal(mask_of(obs).astype(bool), info["action_mask"])
             obs, info = env.reset()
+            ended += 1
+    return ended
 
 
 @pytest.mark.parametrize("env_id", sorted(DISCRETE))
 def test_the_mask_option_puts_the_mask_in_obs_and_info(env_id):
     env = gym.make(env_id, mask_in_obs=True, obs_key="obs", mask_key="mask", **DISCRETE[env_id])
     assert set(env.observation_space.spaces) == {"obs", "mask"}
-    play(env, 30, lambda o: o["mask"])
+    assert play(env, 400, lambda o: o["mask"]) >= 1  # an episode's last observation is masked too
 
 
 def test_the_wrapper_and_the_plain_env():
