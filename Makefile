@@ -66,7 +66,7 @@ define side_venv
 endef
 rllib-check: $(STAMP)
 	$(call side_venv,$(RLLIB_VENV))
-	nice $(RLLIB_VENV)/bin/pip install -q "ray[rllib]>=2.40,<3"
+	nice $(RLLIB_VENV)/bin/pip install -q "ray[rllib]>=2.60,<3"
 	WANDB_MODE=offline $(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_rllib.py tests/test_clients.py
 
 tianshou-check: $(STAMP)
