@@ -16,15 +16,15 @@ the pdgym-* commands start without it. The tables registered are envs/specs.py's
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 
 
-class _RegisterAfterGymnasium(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds `gymnasium` through the other finders and hands back their spec with itself as the loader: it runs the
-    module as theirs would, then registers pdgym's envs, and leaves `sys.meta_path`. A find_spec alone (a library
-    asking whether gymnasium is installed: TorchRL does, at import) leaves it in place for the real import."""
+class _RegisterAfterGymnasium:
+    """A meta path finder and loader (duck-typed: importlib.abc would cost every pdgym command its import). Finds
+    `gymnasium` through the other finders and hands back their spec with itself as the loader: it runs the module as
+    theirs would, then registers pdgym's envs, and leaves `sys.meta_path`. A find_spec alone (a library asking
+    whether gymnasium is installed: TorchRL does, at import) leaves it in place for the real import."""
 
     _finding = False
 
