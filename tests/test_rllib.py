@@ -68,3 +68,23 @@ def test_ppo_with_two_env_runners_trains_and_pdgym_eval_runs_the_agent(tmp_path)
     result = json.loads((run / "metrics.json").read_text())
     assert result["kind"] == "agent" and result["point"] == "decode" and result["source"] == str(out / "final_model.zip")
     assert [s["finished"] + s["rejected"] for s in result["per_seed"].values()] == [60]  # every request resolved
+
+
+@pytest.mark.parametrize(("argv", "key"), [
+    (["--env", "pdgym/BatchingThresholdContinuous-v0"], "env.mask_in_obs: needs a Discrete action space"),
+    (["--override", "workload.bogus=1"], "workload.bogus"),
+    (["--env", "CartPole-v1"], "env: unknown 'CartPole-v1'"),
+    (["--runners", "0"], "runners: got 0"),
+])
+def test_bad_input_is_one_line_before_ray_starts(tmp_path, capsys, argv, key):
+    import ray
+
+    assert rllib.main([*argv, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert key in err and err.count("\n") == 1 and not ray.is_initialized() and not (tmp_path / "x").exists()
+
+
+def test_an_existing_run_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "agent.json").write_text("{}")
+    assert rllib.main(["--out", str(tmp_path)]) == 2
+    assert "out: " in capsys.readouterr().err and (tmp_path / "agent.json").read_text() == "{}"

@@ -117,6 +117,10 @@ def train(env_id: str, out: str | Path, runners: int = 2, iterations: int = 1, e
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{key}: got {v!r}; must be an integer >= 1")
     env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k not in MASK_OPTIONS}
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"out: {out} exists and is not an empty folder; give a new one (a run is never overwritten)")
+    candidates.make_env(env_id, **env_kwargs, **MASK_OPTIONS).close()  # a bad option: one line here, not in a runner
     if not ray.is_initialized():
         ray.init(num_cpus=num_cpus or runners + 1, include_dashboard=False, log_to_driver=False)
     algo = ppo_config(env_id, env_kwargs, runners, list(hiddens), seed, batch).build_algo()
@@ -127,7 +131,7 @@ def train(env_id: str, out: str | Path, runners: int = 2, iterations: int = 1, e
     finally:
         algo.stop()
     steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
-    export(state, env_id, env_kwargs, list(hiddens), steps, Path(out))
+    export(state, env_id, env_kwargs, list(hiddens), steps, out)
     return {"out": str(out), "env_steps": steps, "iterations": iterations,
             "episode_return_mean": float(result["env_runners"].get("episode_return_mean", float("nan")))}
 
