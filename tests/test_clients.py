@@ -65,11 +65,12 @@ def test_a_library_probing_for_gymnasium_does_not_lose_the_registration():
     assert fresh(code) == "True"
 
 
-def test_a_spawned_async_vector_env_steps():
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_spawned_async_vector_env_steps(context):
     """Spawned workers run none of this process's imports: `pdgym:` makes each worker register (RLlib's env runners
     are the same case). Two workers step twice with allowed actions."""
     make = functools.partial(gym.make, "pdgym:pdgym/DecodeRouting-v0", **DISCRETE["pdgym/DecodeRouting-v0"])
-    venv = AsyncVectorEnv([make, make], context="spawn")
+    venv = AsyncVectorEnv([make, make], context=context)
     try:
         obs, info = venv.reset(seed=[0, 1])
         assert obs.shape[0] == 2 and info["action_mask"].shape == (2, venv.single_action_space.n)
