@@ -120,7 +120,9 @@ def train(env_id: str, out: str | Path, runners: int = 2, iterations: int = 1, e
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"out: {out} exists and is not an empty folder; give a new one (a run is never overwritten)")
-    candidates.make_env(env_id, **env_kwargs, **MASK_OPTIONS).close()  # a bad option: one line here, not in a runner
+    probe = candidates.make_env(env_id, **env_kwargs, **MASK_OPTIONS)  # a bad option: one line here, not in a runner
+    env_kwargs.setdefault("scenario", probe.scenario)  # stored in agent.json: pdgym-eval names what it trained on
+    probe.close()
     if not ray.is_initialized():
         ray.init(num_cpus=num_cpus or runners + 1, include_dashboard=False, log_to_driver=False)
     algo = ppo_config(env_id, env_kwargs, runners, list(hiddens), seed, batch).build_algo()
