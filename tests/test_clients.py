@@ -43,6 +43,13 @@ def test_an_unknown_keyword_is_a_type_error(env_id):
     assert isinstance(info.value, ConfigError) and str(info.value).startswith("env.frameskip: unknown option")
 
 
+def test_the_env_constructor_follows_the_same_convention():
+    from pdgym.envs.decode_routing import DecodeRoutingEnv
+
+    with pytest.raises(TypeError, match=r"DecodeRoutingEnv\(\) got an unexpected keyword argument 'frameskip'"):
+        DecodeRoutingEnv(frameskip=1)
+
+
 def test_a_bad_value_of_a_known_keyword_stays_a_config_error():
     with pytest.raises(ConfigError, match=r"env\.action: got 'pointer'") as info:
         gym.make("pdgym/DecodeRouting-v0", action="pointer")
