@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo run test explore bench fidelity lint wheel-check ray-check clean
+.PHONY: demo run test explore bench fidelity lint wheel-check ray-check rllib-check tianshou-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -51,6 +51,28 @@ ray-check: $(STAMP)
 	  > "$$($(RAY_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_pdgym.pth"
 	$(RAY_VENV)/bin/pip install -q hydra-ray-launcher "cloudpickle<3"
 	WANDB_MODE=offline $(RAY_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_launchers.py -k ray
+
+# The RL clients that are not pdgym dependencies, each in a side environment layered over .venv like ray-check:
+# ray[rllib] moves gymnasium to 1.2.x (so these also run pdgym's tests on the low end of its gymnasium range) and
+# tianshou moves pandas to 2.x. rllib-check: PPO with 2 env runners, 1 iteration on a local Ray, the agent evaluated
+# by pdgym-eval (agents/training/rllib.py, tests/test_rllib.py; ~600 MB the first time). tianshou-check: the docs'
+# Tianshou example (tests/test_tianshou.py). Both also run tests/test_clients.py on their gymnasium.
+RLLIB_VENV := .venv-rllib
+TIANSHOU_VENV := .venv-tianshou
+define side_venv
+	test -x $(1)/bin/python || $(PY) -m venv $(1) || python3 -m venv $(1)
+	echo 'import site; site.addsitedir("$(abspath $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"))")' \
+	  > "$$($(1)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_pdgym.pth"
+endef
+rllib-check: $(STAMP)
+	$(call side_venv,$(RLLIB_VENV))
+	nice $(RLLIB_VENV)/bin/pip install -q "ray[rllib]>=2.60,<3"
+	WANDB_MODE=offline $(RLLIB_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_rllib.py tests/test_clients.py
+
+tianshou-check: $(STAMP)
+	$(call side_venv,$(TIANSHOU_VENV))
+	nice $(TIANSHOU_VENV)/bin/pip install -q "tianshou>=2.0,<3"
+	WANDB_MODE=offline $(TIANSHOU_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_tianshou.py tests/test_clients.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check envs baselines agents tests bench

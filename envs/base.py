@@ -16,6 +16,8 @@ predict(obs, mask) answers). Everything else lives here once:
   registered `max_episode_steps` (gym.make wraps the env in TimeLimit) or by a stall
   (`stall_s`); info["summary"] (the DESIGN section 5 metrics of the run so far) when the env
   ends the episode itself, `summary()` any time (e.g. after TimeLimit's truncation).
+- The action mask where clients look (envs/masks.py): `action_masks()` (SB3), info["action_mask"] at reset and
+  step, and with `mask_in_obs=True` a Dict observation ({obs_key: observation, mask_key: mask}).
 - `obs_layout` (one property), `spaces()` of the core, `get_action_meanings()`, and
   `render_mode` "ansi" / "rgb_array" (envs/render.py).
 """
@@ -33,12 +35,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pdgym.envs import render as V
+from pdgym.envs.masks import MASK_KEY, OBS_KEY, check_keys, masked_obs, masked_space
 from pdgym.envs.scenario import load_scenario, merge_sim_config, trace_splits
 from pdgym.envs.sim import SimResult, Simulator
 from pdgym.envs.sim.config import ConfigError, SimConfig, check
 from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
-from pdgym.envs.sim.validation import check_choice, check_float
+from pdgym.envs.sim.validation import UnknownOptionError, check_choice, check_float
 from pdgym.envs.specs import SPECS, check_formulation, core_class
 from pdgym.envs.splits import split_rows
 
@@ -207,16 +210,19 @@ class DecidingCore:
         return getattr(self.decider, "predict", None)
 
 
-def make_core(init, options: dict, env_keys: tuple[str, ...] = ()):
+def make_core(init, options: dict, env_keys: tuple[str, ...] = (), owner: str | None = None):
     """Call a policy core's constructor (a class or a bound `__init__`) with `options`, less the
     env-level keys `env_keys` (an AgentPolicy runs in a simulator that has its own scenario); the core's
-    signature holds the defaults, written once. A wrong keyword becomes one ConfigError line."""
+    signature holds the defaults, written once. A keyword no env takes (reported against `owner`, the env class) is
+    an UnknownOptionError (a TypeError and a ConfigError: one line); a bad value of a known one the core's ConfigError."""
     kwargs = {k: v for k, v in options.items() if k not in env_keys}
     params = inspect.signature(init).parameters
     bad = [k for k in kwargs if k not in params]
     if bad:
         allowed = [k for k in (*params, *env_keys) if k not in ("self", "registered_as")]  # registered_as: gym.make's
-        raise ConfigError(f"env.{bad[0]}: unknown option; allowed: {', '.join(sorted(allowed))}")
+        who = owner or getattr(init, "__qualname__", init)
+        raise UnknownOptionError(f"env.{bad[0]}: unknown option ({who}() got an unexpected keyword argument {bad[0]!r}); "
+                                 f"allowed: {', '.join(sorted(allowed))}")
     try:
         return init(**kwargs)
     except ConfigError as exc:  # the core checks its options under its policy key; here they are env options
@@ -293,8 +299,10 @@ class PdgymEnv(gym.Env):
 
     def __init__(self, scenario: str | None = None, overrides=(), config: dict | None = None,
                  render_mode: str | None = None, trace_split: str | None = "train", stall_s: float | None = 60.0,
-                 registered_as: str | None = None, **options):
+                 registered_as: str | None = None, mask_in_obs: bool = False, obs_key: str = OBS_KEY,
+                 mask_key: str = MASK_KEY, **options):
         # registered_as: the id gym.make was given (envs/specs.py registers it); None when built directly
+        # mask_in_obs: the observation is Dict({obs_key: the observation, mask_key: the action mask}) (envs/masks.py)
         if registered_as is not None:
             alias_of = check_formulation(registered_as, self.POINT, options)
             if alias_of is not None:
@@ -324,6 +332,12 @@ class PdgymEnv(gym.Env):
         self.core = self._make_core(options)
         self._size_core(probe)
         self.observation_space, self.action_space = self.core.spaces()
+        self.core_observation_space = self.observation_space  # the core's own (the Dict's obs_key under mask_in_obs)
+        check(isinstance(mask_in_obs, bool), "env.mask_in_obs", f"got {mask_in_obs!r}; must be true or false")
+        self.mask_in_obs, self.obs_key, self.mask_key = mask_in_obs, obs_key, mask_key
+        if mask_in_obs:
+            check_keys(obs_key, mask_key)
+            self.observation_space = masked_space(self.observation_space, self.action_space, obs_key, mask_key)
         self.sim: Simulator | None = None
         self._done = True
         self._stall_end = False
@@ -337,7 +351,7 @@ class PdgymEnv(gym.Env):
     @classmethod
     def build_core(cls, options: dict, decider: Decider = PAUSE) -> PolicyCore:
         """The core of the formulation `options` select (envs/specs.py), answered by `decider`."""
-        core = make_core(core_class(cls.POINT, options), cls._core_options(options), cls.env_keys())
+        core = make_core(core_class(cls.POINT, options), cls._core_options(options), cls.env_keys(), cls.__name__)
         core.decider = decider
         return core
 
@@ -452,7 +466,7 @@ class PdgymEnv(gym.Env):
         if self._done:  # the whole run went by without one decision: step() could only refuse
             raise ConfigError(f"{self.ENV_ID}: scenario {self.scenario!r} left the agent no decision (the run ended "
                               f"inside reset()){self.NO_DECISION_HINT}")
-        return self._observe(), self._info(False)
+        return self._with_mask(self._observe(), self._info(False))
 
     def step(self, action):
         self._require_reset("step")
@@ -465,8 +479,16 @@ class PdgymEnv(gym.Env):
         self._steps += 1
         reward = self._reward()
         stalled = self._stall_end = not self._done and self._stalled(self.sim.now - t0)
-        obs = self._observe()
-        return obs, reward, self._done, stalled, self._info(stalled)
+        obs, info = self._with_mask(self._observe(), self._info(stalled))
+        return obs, reward, self._done, stalled, info
+
+    def _with_mask(self, obs, info: dict):
+        """The mask where clients look (envs/masks.py): info["action_mask"] of a Discrete action space, and the Dict
+        observation under mask_in_obs; both the action_masks() of the decision `obs` is for."""
+        if not isinstance(self.action_space, spaces.Discrete):
+            return obs, info
+        info["action_mask"] = mask = self.action_masks()
+        return (masked_obs(obs, mask, self.obs_key, self.mask_key) if self.mask_in_obs else obs), info
 
     def _stalled(self, dt: float) -> bool:
         """True once decisions have let no request make progress (no output token, nothing resolved)

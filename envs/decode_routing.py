@@ -451,7 +451,7 @@ class DecodeRoutingEnv(PdgymEnv):
         r = self.core
         if self._done or r.head is None:
             self._mask = self._end_only()
-            return np.zeros(self.observation_space.shape, dtype=np.float32)
+            return np.zeros(self.core_observation_space.shape, dtype=np.float32)
         self._mask = r.mask(self.sim)
         return r.observe(self.sim, self._mask)
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"pdgym.envs": ROOT / "envs", "pdgym.baselines": ROOT / "baselines", "pdgym.agents": ROOT / "agents"}
+PACKAGES = {"pdgym": ROOT / "pdgym", "pdgym.envs": ROOT / "envs", "pdgym.baselines": ROOT / "baselines",
+            "pdgym.agents": ROOT / "agents"}
 SIM = "pdgym.envs.sim"
 # What the simulator may not import: the layers above it and the RL stack.
 SIM_FORBIDDEN = ("pdgym.envs", "pdgym.baselines", "pdgym.agents", "gymnasium", "stable_baselines3", "sb3_contrib",

@@ -227,6 +227,10 @@ OTHERS = [
     ("pdgym-leaderboard", ["plots=maybe"], "plots: got 'maybe'"), ("pdgym-leaderboard", ["print=maybe"], "print"),
     ("pdgym-leaderboard", ["progress=3"], "progress: got 3"),
     ("pdgym-eval", ["policy=zoo:decode_ht_n16", "scenario=md1_single_slot"], "needs decode instances"),
+    # issue 45: an unknown env keyword is a TypeError for other clients, still one line here; the Dict-mask
+    # observation is for other clients, not SB3
+    ("pdgym-train", ["+env.kwargs.frameskip=1"], "env.frameskip: unknown option"),
+    ("pdgym-train", ["+env.kwargs.mask_in_obs=true"], "env.kwargs.mask_in_obs"),
 ]
 # Hydra's flags: an unknown one, or a value its argparse would refuse, is one line (it printed a usage block first)
 FLAGS = [

@@ -10,8 +10,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPING = {"envs": "pdgym/envs", "baselines": "pdgym/baselines", "agents": "pdgym/agents", "conf": "pdgym/conf",
-           "data": "pdgym/data"}
+MAPPING = {"pdgym": "pdgym", "envs": "pdgym/envs", "baselines": "pdgym/baselines", "agents": "pdgym/agents",
+           "conf": "pdgym/conf", "data": "pdgym/data"}
 
 
 def build_wheel(out: Path) -> Path:

@@ -114,6 +114,7 @@ def test_masks_follow_health_and_capacity():
     ag = env.core
     cap = ag.cap
     cap.r_queued[0, :4] = 10**6  # the scheduler believes units 0-3 of instance 0 are full
+    env.step(0)  # a decision's mask is fixed when the decision is presented (info["action_mask"]): hold, then the next
     m = env.action_masks()
     assert not m[1:5].any() and m[5:9].all()
     cand = env.core.candidate(env.sim)

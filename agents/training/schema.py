@@ -176,6 +176,9 @@ def validate(data: dict) -> tuple[TrainSchema, EnvSchema, AgentSchema]:
     if env.primary not in METRIC_KEYS:
         raise ConfigError(f"env.primary: got {env.primary!r}; allowed: {', '.join(METRIC_KEYS)}")
     check_algo_kwargs(agent.algo, agent.kwargs)
+    if env.kwargs.get("mask_in_obs"):  # SB3's policies take the flat observation and read action_masks() themselves
+        raise ConfigError("env.kwargs.mask_in_obs: pdgym-train (SB3) reads the mask from action_masks(); the Dict "
+                          "observation is for other clients (docs/clients.md); drop it")
     if agent.bc.teacher is not None and agent.algo == "dqn":
         raise ConfigError("agent.bc.teacher: behaviour cloning warm-starts policy-gradient agents "
                           "(maskable_ppo, ppo, a2c), not dqn")

@@ -18,6 +18,12 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message is one line: `key: problem (allowed ...)`."""
 
 
+class UnknownOptionError(ConfigError, TypeError):
+    """A keyword argument no env takes: a TypeError as Python raises for any callable ("got an unexpected keyword
+    argument 'frameskip'"), which clients probing for an option catch (TorchRL's GymEnv retries gym.make without
+    frameskip), and a ConfigError, so the pdgym-* apps print it as their one line."""
+
+
 def check(cond: bool, key: str, msg: str) -> None:
     """Raise `key: msg` unless `cond` holds."""
     if not cond:
