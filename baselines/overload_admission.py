@@ -56,7 +56,8 @@ class OverloadGate(ConductorAdmission):
 
     def on_arrival(self, sim, rid: int) -> None:
         self.drop_lost(sim)
-        super().on_arrival(sim, rid)
+        if rid in sim.buffer:  # not itself lost already
+            super().on_arrival(sim, rid)
 
     def on_end_forward(self, sim, inst: int, fwd_time: float) -> None:
         self.drop_lost(sim)

@@ -65,8 +65,8 @@ class SLOHindsight(Rejecting):
                  others: dict[str, Any] | None = None):
         super().__init__(make_policy("prefill", base))
         self.base_spec = base
-        check(isinstance(passes, int) and not isinstance(passes, bool) and 1 <= passes <= 10,
-              "policy.prefill.passes", f"got {passes!r}; must be an integer in [1, 10]")
+        check(isinstance(passes, int) and not isinstance(passes, bool) and 1 <= passes <= 50,
+              "policy.prefill.passes", f"got {passes!r}; must be an integer in [1, 50]")
         self.passes = passes
         self.frac = check_float(frac, "policy.prefill.frac", 0.0, 1.0, lo_open=True)
         self.others = dict(others or {})
