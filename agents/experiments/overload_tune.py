@@ -4,7 +4,8 @@ only the training split's runs; the board (conf/leaderboard.yaml) then scores th
 
 For every board of `repro.boards` (a leaderboard scenario key: its scenario, overrides, load, regime policy and
 fixed policies are read from conf/leaderboard.yaml) the capacity is measured as the board measures it, but on the
-training split's traffic (run 0), and the rate set to the board's `load` x that capacity. Every rule of
+training split's traffic (run 0; `repro.overrides` are added to the board's, e.g. a smaller run for CI), and the
+rate set to the board's `load` x that capacity. Every rule of
 `repro.rules` (conductor, conductor_predictive, value_density: their parameters and the queue order SBS or the
 colocated queue serves in) is searched with `repro.budget` trials of Optuna's TPE sampler (seeded: the same
 trials on every run), each trial the mean weighted SLO attainment over `repro.seeds` (run indices of the
@@ -84,7 +85,7 @@ def score(sc, spec: dict, split: dict, seeds: list[int], rate: float) -> float:
     return float(np.mean(vals))
 
 
-@experiment(check=check_block)
+@experiment(check=check_block, may_be_empty=("overrides",))
 def run(exp: Experiment) -> dict:
     import optuna
 
@@ -98,6 +99,7 @@ def run(exp: Experiment) -> dict:
     trials, best_rows, best = [], [], {}
     for key in p.boards:
         sc, _ = board_of(str(key))
+        sc.overrides = [*sc.overrides, *[str(o) for o in p.overrides]]
         cap = measure_capacity(sc, split, 5000)
         rate = float(sc.load) * cap
         exp.regime(key, "load (train traffic)", rate / cap, *(sc.regime.get("load") or (None, None)))
