@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+from pdgym.envs.sim.ordering import seconds_per_prefill_token
 from pdgym.envs.sim.requests import BUFFERED, DECODE, DISPATCHED, POOL, PREFILL, TRANSFER, WAITING
 from pdgym.envs.sim.validation import check, check_float
 
@@ -43,6 +44,14 @@ class OverloadGate(ConductorAdmission):
         super().__init__(base, slack)
         check(isinstance(drop_late, bool), "policy.prefill.drop_late", f"got {drop_late!r}; must be true or false")
         self.drop_late = drop_late
+
+    def prepare(self, sim) -> None:
+        """The rule's own state for a run, without its `base` (an env's teacher decides through it alone)."""
+        self.s_tok = seconds_per_prefill_token(sim)
+
+    def reset(self, sim) -> None:
+        self.prepare(sim)
+        self.base.reset(sim)
 
     def drop_lost(self, sim) -> None:
         """Reject the buffered requests that miss their TTFT SLO even if their prefill started now."""
@@ -128,12 +137,12 @@ class ValueDensityAdmission(OverloadGate):
               f"got {window!r}; must be an integer >= 1 (recent arrivals whose densities set the cut)")
         self.window = window
 
-    def reset(self, sim) -> None:
+    def prepare(self, sim) -> None:
         check(self.beta == 0 or sim.req.predicted is not None, "policy.prefill.beta",
               "beta > 0 weighs the predicted output and the workload has no predictor; set workload.predictor.kind "
               "or beta: 0")
         self.recent: deque[float] = deque(maxlen=self.window)
-        super().reset(sim)
+        super().prepare(sim)
 
     def density(self, sim, rid: int) -> float:
         req = sim.req
