@@ -12,7 +12,8 @@ load exceeds the cluster's capacity, each in front of any prefill dispatcher (`b
   of those). Rejecting on the load now oscillates (rejections empty the queue, admissions refill it); the load at the
   request's start does not.
 - `value_density`: serve the most weight per unit of work. A request's density is its class weight over its
-  predicted work (prompt tokens + `beta` x predicted output tokens); once the wait ahead of it (Conductor's
+  predicted work (prompt tokens + `beta` x predicted output tokens; without a predictor the mean output of the
+  requests finished so far); once the wait ahead of it (Conductor's
   estimate less its own prefill) exceeds `backlog_s`, an arrival whose density is below the `quantile` of the
   recent arrivals' densities is rejected; Conductor's TTFT rule (`slack`) applies throughout.
 
@@ -138,15 +139,23 @@ class ValueDensityAdmission(OverloadGate):
         self.window = window
 
     def prepare(self, sim) -> None:
-        check(self.beta == 0 or sim.req.predicted is not None, "policy.prefill.beta",
-              "beta > 0 weighs the predicted output and the workload has no predictor; set workload.predictor.kind "
-              "or beta: 0")
         self.recent: deque[float] = deque(maxlen=self.window)
+        self.n_done, self.out_done = 0, 0.0  # finished requests seen and their output tokens (no predictor)
         super().prepare(sim)
+
+    def expected_output(self, sim, rid: int) -> float:
+        """The predicted output length; without a predictor the mean output of the requests finished so far."""
+        req = sim.req
+        if req.predicted is not None:
+            return float(req.predicted[rid])
+        new = np.asarray(sim.completed[self.n_done:], dtype=np.int64)
+        self.n_done += len(new)
+        self.out_done += float(req.done[new].sum())
+        return self.out_done / self.n_done if self.n_done else 0.0
 
     def density(self, sim, rid: int) -> float:
         req = sim.req
-        work = float(req.work[rid]) + (self.beta * float(req.predicted[rid]) if self.beta else 0.0)
+        work = float(req.work[rid]) + (self.beta * self.expected_output(sim, rid) if self.beta else 0.0)
         return float(sim.classes.weight[req.cls[rid]]) / max(work, 1.0)
 
     def rejects(self, sim, rid: int) -> bool:
