@@ -142,3 +142,17 @@ def test_a_tuning_budget_below_one_is_one_line_and_exit_2(budget, tmp_path):
 
     with pytest.raises(ConfigError, match="repro.split"):
         check_block(OmegaConf.create({"budget": 3, "rules": ["conductor"], "split": "test"}))
+
+
+def test_revised_hindsight_scores_its_best_replay_and_is_never_below_either_search():
+    """revise adds a search that can take the rule's own rejections back; the row keeps the best of both."""
+    base = ROWS["value_density"][1]
+    add = make_policy("prefill", {"name": "slo_hindsight", "base": base, "passes": 3})
+    rev = make_policy("prefill", {"name": "slo_hindsight", "base": base, "passes": 3, "revise": True})
+    got = {}
+    for label, pol in (("add", add), ("rev", rev)):
+        got[label] = simulate(overload_cfg("edf", oracle=True), {"prefill": pol}, seed=0).metrics()["slo_attainment"]
+    assert got["rev"] == max(a for _, a in rev.trace) >= got["add"] == max(a for _, a in add.trace)
+    assert len(rev.trace) > len(add.trace)  # the revise passes ran
+    with pytest.raises(ConfigError, match="policy.prefill.revise"):
+        make_policy("prefill", {"name": "slo_hindsight", "base": "sbs", "revise": True})
