@@ -24,8 +24,8 @@ import math
 from collections import deque
 
 import numpy as np
-from pdgym.baselines.registry import make_policy
 from pdgym.baselines.overload_admission import OverloadGate
+from pdgym.baselines.registry import make_policy
 from pdgym.baselines.slo_admission import ConductorAdmission
 from pdgym.envs.base import DecidingCore
 from pdgym.envs.features import Feature, Layout, LayoutCore, table

@@ -88,7 +88,6 @@ def score(sc, spec: dict, split: dict, seeds: list[int], rate: float) -> float:
 @experiment(check=check_block, may_be_empty=("overrides",))
 def run(exp: Experiment) -> dict:
     import optuna
-
     from pdgym.agents.evaluation.leaderboard_run import measure_capacity
 
     p = exp.p
@@ -108,7 +107,7 @@ def run(exp: Experiment) -> dict:
         for rule in p.rules:
             study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=int(p.sampler_seed)))
 
-            def objective(trial, rule=rule):
+            def objective(trial, rule=rule, sc=sc, base=base, rate=rate):
                 return score(sc, suggest(trial, rule, base), split, seeds, rate)
 
             study.optimize(objective, n_trials=int(p.budget))
