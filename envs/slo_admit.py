@@ -161,7 +161,8 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
         if sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:  # a fresh arrival: the decision
             self.cand = rid
             if self.overload:
-                self.recent.append(float(sim.classes.weight[sim.req.cls[rid]]) / max(float(sim.req.work[rid]), 1.0))
+                tbl = sim.classes
+                self.recent.append(float(tbl.weight[sim.req.cls[rid]]) / max(float(sim.req.work[rid]), 1.0))
             self.decide(sim)
         else:
             self.base.on_arrival(sim, rid)
