@@ -74,15 +74,14 @@ def suggest(trial, rule: str, base) -> dict:
 
 
 def score(sc, spec: dict, split: dict, seeds: list[int], rate: float) -> float:
-    from pdgym.agents.evaluation.leaderboard_run import _task
+    """Mean weighted SLO attainment of the rule `spec` over the runs `seeds` of `split`, as the board runs a row."""
+    from pdgym.agents.evaluation import candidates
+    from pdgym.agents.evaluation.runner import run_one
 
-    vals = []
-    for i in seeds:
-        r = _task(sc, spec["name"], "baseline", spec, split, i, rate, None)
-        if not r["ok"]:
-            raise ConfigError(f"repro.rules: {spec['name']} failed on run {i}: {r['error']}")
-        vals.append(r["metrics"]["slo_attainment"])
-    return float(np.mean(vals))
+    spec = dict(spec)
+    raw = sc.raw(rate, tuple(spec.pop("overrides", ())))
+    cand = candidates.resolve(spec, sc.point, label=spec["name"])
+    return float(np.mean([run_one(raw, raw["policy"], cand, split, i).metrics["slo_attainment"] for i in seeds]))
 
 
 @experiment(check=check_block, may_be_empty=("overrides",))
