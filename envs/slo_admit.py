@@ -21,8 +21,10 @@ weight over the total weight of the episode's requests, so an episode's return i
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
+from pdgym.baselines.overload_admission import OverloadGate
 from pdgym.baselines.registry import make_policy
 from pdgym.baselines.slo_admission import ConductorAdmission
 from pdgym.envs.base import DecidingCore
@@ -39,8 +41,8 @@ _LOG256 = math.log1p(256)
 class _Ctx:
     """What one observation's features read (`AdmitCore.context`)."""
 
-    __slots__ = ("C", "cls", "est", "flag", "nb", "pred", "r_cls", "r_left", "r_pred", "r_work", "slo", "w", "wmax",
-                 "work")
+    __slots__ = ("C", "cls", "est", "flag", "nb", "pred", "r_cls", "r_left", "r_pred", "r_work", "rank", "slo", "w",
+                 "wait", "wmax", "work")
 
 
 def one_hot(codes: np.ndarray, k: int) -> np.ndarray:
@@ -64,6 +66,11 @@ GLOBAL = (
     Feature("pred", lambda c: math.log1p(c.pred) / _LOG_OUT, 0, 2, "log1p(predicted output) / log1p(65536)",
             when="has_pred"),
     Feature("buffered", lambda c: math.log1p(c.nb) / _LOG256, 0, 5, "log1p(requests buffered) / log1p(256)"),
+    # overload: true (issue 42): what value-density admission reads
+    Feature("density_rank", lambda c: c.rank, 0, 1, "share of the last 256 arrivals with less weight per prompt token",
+            when="overload"),
+    Feature("wait", lambda c: c.wait / c.slo, 0, 20, "wait ahead (Conductor's estimate less its own work) / its TTFT "
+            "SLO", saturates=True, when="overload"),
 )
 ROW = (
     Feature("present", lambda c: np.ones(len(c.r_cls)), 0, 1, "row present"),
@@ -87,8 +94,11 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
     """
 
     def __init__(self, mode: str = "admit", base=None, obs_requests: int = 8, slack: float = 1.0,
-                 use_prediction: bool | None = None):
+                 use_prediction: bool | None = None, overload: bool = False):
         check_choice(mode, "env.mode", ("admit",))
+        check(isinstance(overload, bool), "env.overload", f"got {overload!r}; must be true or false (true: the "
+              "value-density features density_rank and wait)")
+        self.overload = overload
         check_float(slack, "env.slack", lo_open=True)
         check(use_prediction is None or isinstance(use_prediction, bool), "env.use_prediction",
               f"got {use_prediction!r}; must be true, false or null (null: when the workload has a predictor)")
@@ -141,6 +151,8 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
         self.base.reset(sim)
         self.rule.s_tok = self.s_tok = seconds_per_prefill_token(sim)
         self.cand = None
+        self.recent: deque[float] = deque(maxlen=256)  # the last arrivals' weight per prompt token (density_rank)
+        self.teacher_ready = None  # the OverloadGate teacher prepared for this run (teacher_action)
 
     def decide(self, sim) -> None:
         self.decider.decide(self, sim)
@@ -148,6 +160,9 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
     def on_arrival(self, sim, rid: int) -> None:
         if sim.req.done[rid] == 0 and not sim.req.preemptions[rid]:  # a fresh arrival: the decision
             self.cand = rid
+            if self.overload:
+                tbl = sim.classes
+                self.recent.append(float(tbl.weight[sim.req.cls[rid]]) / max(float(sim.req.work[rid]), 1.0))
             self.decide(sim)
         else:
             self.base.on_arrival(sim, rid)
@@ -181,6 +196,10 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
             c.flag = float(c.est > self.rule.slack * c.slo)
             c.work = float(req.work[rid]) * self.s_tok
             c.pred = float(req.predicted[rid]) if self.has_pred else 0.0
+        if self.overload:
+            d = c.w / max(float(req.work[rid]), 1.0) if rid is not None else 0.0
+            c.rank = float(np.mean(np.fromiter(self.recent, float) < d)) if self.recent else 0.0
+            c.wait = max(c.est - c.work - sim.cfg.cluster.net_latency_s, 0.0) if rid is not None else 0.0
         rc = req.cls[ids].astype(np.int64)
         slo = t.ttft_s[rc]
         c.r_cls = rc
@@ -205,9 +224,16 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
         return False
 
     def teacher_action(self, sim, teacher: PrefillScheduler) -> int:
-        """Conductor's decision for a conductor teacher (its estimate against its slack x the SLO), admit for any
-        other prefill baseline (none of them rejects at arrival)."""
+        """Conductor's decision for a conductor teacher (its estimate against its slack x the SLO); an overload rule's
+        own (baselines/overload_admission.py: its state prepared for the run, its `base` left alone; its drop of
+        buffered requests is no arrival decision and is not cloned); admit for any other prefill baseline (none of
+        them rejects at arrival)."""
         rid = self.cand
+        if rid is not None and isinstance(teacher, OverloadGate):
+            if self.teacher_ready is not teacher:
+                teacher.prepare(sim)
+                self.teacher_ready = teacher
+            return int(teacher.rejects(sim, rid))
         if rid is None or not isinstance(teacher, ConductorAdmission):
             return 0
         tbl = sim.classes

@@ -50,6 +50,7 @@ from pdgym.agents.evaluation import candidates, stalls, transfer
 from pdgym.agents.evaluation.leaderboard_plots import make_plots
 from pdgym.agents.evaluation.leaderboard_render import Board, print_board, write_html, write_markdown
 from pdgym.agents.evaluation.leaderboard_run import (
+    BOUND_ROW,
     BoardScenario,
     agent_point,
     board_candidates,
@@ -173,6 +174,8 @@ def check_candidates(sc: BoardScenario) -> None:
     """Every baseline and headroom row of a scenario names a policy of its decision point (`baselines=[nope]` ran
     to a board that noted the failure inside it, exit 0); their parameters are checked by each run."""
     for label, kind, spec in board_candidates(sc, []):
+        if kind == "headroom" and spec["name"] == BOUND_ROW:  # no policy: checked by board_scenarios
+            continue
         try:
             candidates.resolve({k: v for k, v in spec.items() if k != "overrides"}, sc.point, label=label)
         except ConfigError as exc:

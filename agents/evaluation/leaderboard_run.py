@@ -87,8 +87,11 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
         for k in s.get("regime") or {}:
             if k not in REGIME_KEYS:
                 raise ConfigError(f"scenarios.{key}.regime.{k}: unknown key; allowed: {', '.join(REGIME_KEYS)}")
-        if s.get("load") is not None and not (isinstance(s["load"], (int, float)) and s["load"] > 0):
-            raise ConfigError(f"scenarios.{key}.load: got {s['load']!r}; must be a positive number or null")
+        ld = s.get("load")
+        if ld is not None and not (isinstance(ld, (int, float)) and not isinstance(ld, bool) and math.isfinite(ld)
+                                   and ld > 0):
+            raise ConfigError(f"scenarios.{key}.load: got {ld!r}; must be a finite positive number (the offered load "
+                              "over the measured capacity; above 1: overload) or null")
         for h in s.get("headroom") or []:
             if not isinstance(h, dict) or "label" not in h or "name" not in h:
                 raise ConfigError(f"scenarios.{key}.headroom: entry {h!r} needs label and name")
@@ -99,7 +102,11 @@ def board_scenarios(spec: dict) -> list[BoardScenario]:
                                   "scenario overrides (e.g. cluster.prefill.cache_eviction=belady)")
         s["regime"] = dict(s.get("regime") or {})
         s["headroom"] = list(s.get("headroom") or [])
-        out.append(BoardScenario(key=key, **s))
+        board = BoardScenario(key=key, **s)
+        for h in board.headroom:
+            if h["name"] == BOUND_ROW:
+                check_bound_row(key, board, h)
+        out.append(board)
     return out
 
 
@@ -145,6 +152,9 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
           rate: float | None, budget_s: float | None) -> dict:
     """One (scenario, policy, seed) run, in a worker process; failures come back as a message."""
     try:
+        if kind == "headroom" and isinstance(spec, dict) and spec.get("name") == BOUND_ROW:
+            return {"ok": True, "metrics": bound_metrics(sc.raw(rate), split, index, spec.get("bound", "windows")),
+                    "stopped": ""}
         extra: tuple[str, ...] = ()
         if isinstance(spec, dict) and "overrides" in spec:  # a headroom row that changes the cluster (hindsight eviction)
             spec = dict(spec)
@@ -155,6 +165,35 @@ def _task(sc: BoardScenario, label: str, kind: str, spec: Any, split: dict | Non
         return {"ok": True, "metrics": out.metrics, "stopped": out.stopped}
     except (ConfigError, ValueError, RuntimeError, FileNotFoundError) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+
+
+BOUND_ROW = "slo_bound"  # a headroom row that is no run: the upper bound on weighted attainment (envs/sim/slo_bound.py)
+
+
+def bound_metrics(raw: dict, split: dict | None, index: int, kind: str) -> dict:
+    """The upper-bound row of one seed: the bound `kind` over that seed's requests (the arrivals and prompts
+    every row of the seed sees; the engine's default policies only bring them in), as its `slo_attainment`."""
+    from pdgym.agents.common import sim_config_from
+    from pdgym.envs.sim import Simulator
+    from pdgym.envs.sim.slo_bound import attainment_bound
+    from pdgym.envs.splits import apply_split
+
+    raw, seed = apply_split(raw, split, index)
+    sim = Simulator(sim_config_from(raw), {}, seed=seed)
+    sim.run()
+    return {"slo_attainment": attainment_bound(sim, kind)}
+
+
+def check_bound_row(key: str, sc: BoardScenario, row: dict) -> None:
+    """An upper-bound row needs SLO classes on its board and a known bound: one ConfigError line otherwise."""
+    from pdgym.envs.sim.slo_bound import BOUNDS
+
+    kind = row.get("bound", "windows")
+    if kind not in BOUNDS:
+        raise ConfigError(f"scenarios.{key}.headroom.bound: got {kind!r}; allowed: {', '.join(BOUNDS)}")
+    if sc.point != "prefill" or not sc.raw()["workload"].get("classes"):
+        raise ConfigError(f"scenarios.{key}.headroom: the {BOUND_ROW} row bounds weighted SLO attainment and this "
+                          "board has no SLO classes; allowed: a prefill board whose scenario sets workload.classes")
 
 
 _CACHE: dict = {}

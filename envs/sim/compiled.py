@@ -17,9 +17,8 @@ import warnings
 from types import SimpleNamespace
 
 from .notices import EngineWarning
-from .validation import check_choice
+from .validation import ENGINES, check_choice
 
-ENGINES = ("python", "numba")
 compile_seconds: dict[str, float] = {}  # engine -> seconds its kernels took to compile or load, first use
 
 

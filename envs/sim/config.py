@@ -14,10 +14,9 @@ from typing import Any
 
 from .classes import SLOClass, validate_classes
 from .cluster_config import ClusterConfig, InstanceConfig  # noqa: F401  (InstanceConfig: also imported from here)
-from .compiled import check_engine
 from .ordering import QueueConfig
 from .prediction import PredictorConfig
-from .validation import ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
+from .validation import ENGINES, ConfigError, check, check_choice, check_float, check_positive  # ConfigError: also imported from here
 
 
 def check_seed(value: Any, key: str = "seed") -> int:
@@ -284,7 +283,7 @@ class SimConfig:
         check_positive(self.slo.tpot_s, "slo.tpot_s")
         self.queue.validate()
         check_positive(self.max_sim_time_s, "max_sim_time_s")  # inf: no horizon
-        check_engine(self.engine)
+        check_choice(self.engine, "engine", ENGINES)
         return self
 
 

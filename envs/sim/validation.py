@@ -35,6 +35,9 @@ def is_num(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isnan(x)
 
 
+ENGINES = ("python", "numba")  # engine=: the pure-Python simulator, or its compiled kernels (compiled.py)
+
+
 def check_choice(value: Any, key: str, allowed: list[str] | tuple[str, ...]) -> None:
     check(value in allowed, key, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
 
