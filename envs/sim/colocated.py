@@ -9,6 +9,7 @@ piece is scheduled; when its prompt is done it decodes on the same unit.
 from __future__ import annotations
 
 import math
+import numbers
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import numpy as np
 from . import requests as R
 from .events import PAUSED, EventKind, PassKind
 from .policy import Batch
+from .policy_errors import ActionError
 from .stepping import Stepper
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,8 +86,8 @@ class ColocatedUnit(Stepper):
         req = sim.req
         need = req.load(rid) + 1
         if self.free_slots() <= 0 or self.kv_used + need + (self.n_decoding if decode else 0) > self.kv_cap:
-            raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} does not fit "
-                               f"(slots {self.free_slots()}, KV {self.kv_cap - self.kv_used} free, need {need})")
+            raise ActionError(f"request {rid} does not fit its unit's memory (slots {self.free_slots()} free, "
+                              f"KV {self.kv_cap - self.kv_used} tokens free, it needs {need})")
         self.waiting.remove(rid)
         self.prefilling.append(rid)
         self.kv_used += need  # its context plus the token its prefill will produce
@@ -230,8 +232,10 @@ class ColocatedInstance:
                 return
             if b is None:
                 b = Batch()
-            elif empty and not b.empty():
-                empty = False
+            else:
+                self.check_batch(ui, b)
+                if empty and not b.empty():
+                    empty = False
             batches.append(b)
         if empty:
             return
@@ -258,12 +262,11 @@ class ColocatedInstance:
             at = 0.0
             end = 0
             for rid, take in b.prefill:
-                st = state[rid]
-                if st == R.WAITING:
-                    u.admit(sim, rid, b.decode)
-                elif st != R.PREFILL:
-                    raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} is not waiting "
-                                       f"or prefilling")
+                if state[rid] == R.WAITING:
+                    try:
+                        u.admit(sim, rid, b.decode)
+                    except ActionError as exc:
+                        raise self.refused(ui, str(exc)) from None
                 rem = int(work[rid])
                 take = min(int(take), rem)
                 if take <= 0:
@@ -308,6 +311,43 @@ class ColocatedInstance:
             kv_max, kv_min = max(kvs), min(kvs)
         sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, kv_max, kv_min, tot / budget, ptok, dreq, dkv)
         sim.push(now + dur, COLOCATED_END, self)
+
+    def check_batch(self, ui: int, b) -> None:
+        """The engine's rules for the batch a policy picked for unit `ui`, checked before anything changes: a
+        `Batch` of (request id, tokens) pieces, no request twice, each request waiting or prefilling on this unit,
+        tokens an integer >= 0, and the pieces' tokens (each capped at its request's remaining prompt) within the
+        unit's budget `chunk_tokens`. Whether a waiting request fits the unit's slots and KV is checked when it is
+        admitted (ColocatedUnit.admit: a decode step may first free KV)."""
+        if not isinstance(b, Batch):
+            raise self.refused(ui, f"got {type(b).__name__}; must be a Batch or None")
+        req = self.sim.req
+        state, work, p_inst, p_dp, n = req.state, req.work, req.prefill_inst, req.prefill_dp, req.n
+        seen: set[int] = set()
+        total = 0
+        for piece in b.prefill:
+            if not (isinstance(piece, tuple) and len(piece) == 2):
+                raise self.refused(ui, f"piece {piece!r} is not a (request id, tokens) pair")
+            rid, take = piece
+            if not (isinstance(rid, numbers.Integral) and 0 <= rid < n) or isinstance(rid, bool):
+                raise self.refused(ui, f"piece {piece!r}: no request {rid!r}")
+            if rid in seen:
+                raise self.refused(ui, f"request {rid} appears twice (one piece per request and iteration)")
+            seen.add(rid)
+            if not isinstance(take, numbers.Integral) or isinstance(take, bool) or take < 0:
+                raise self.refused(ui, f"piece ({rid}, {take!r}): tokens must be an integer >= 0")
+            st = state[rid]
+            if (st != R.WAITING and st != R.PREFILL) or p_inst[rid] != self.idx or p_dp[rid] != ui:
+                raise self.refused(ui, f"request {rid} is not waiting or prefilling on this unit (a unit takes only "
+                                   "requests it holds)")
+            total += min(int(take), int(work[rid]))
+        if total > self.units[ui].chunk_tokens:
+            raise self.refused(ui, f"{total:,} prompt tokens exceed the unit's budget chunk_tokens="
+                               f"{self.units[ui].chunk_tokens:,}")
+
+    def refused(self, ui: int, rule: str) -> ActionError:
+        """The batching policy's Batch for unit `ui` broke `rule`: the one line that says so."""
+        return ActionError(f"policy.batching: {type(self.sim.policies['batching']).__name__}.next_batch(inst="
+                           f"{self.idx}, unit={ui}) returned a Batch the engine refuses: {rule}", named=True)
 
     def end_iteration(self) -> None:
         """COLOCATED_END: each unit settles its part; the next iteration is asked for if work is left."""
