@@ -5,17 +5,16 @@ A policy reads an instance through its facade and changes the run only through t
 - arrays are `seal`ed: read-only arrays over the engine's memory (they follow the run, so reading them
   costs what it did) whose flag cannot be reopened and whose `.base` is an array interface that holds no
   reference to the engine's array (the engine's array is kept alive beside it, in `_KEEP`);
-- a facade holds no state of its own: each is the one instance of a class made for it (`build`), whose
-  fixed values are class attributes, whose changing scalars are properties and whose queries are plain
-  functions, both closing over the instance. Neither `setattr` nor `object.__setattr__` can change it, and
-  no method is bound to an engine object (`__self__` is the facade, or absent).
-What Python still allows (a class patched, a closure's cells, gc) is listed in docs/architecture.md, "What a
-policy cannot do"; tests/test_view_contract.py tries each tamper the view must refuse.
+- a facade's slots are `sealed`: a public slot is a read-only property, a private one (the wrapped instance,
+  `_i`) has no name at all on the class, so neither `setattr` nor `object.__setattr__` can change a facade and
+  no attribute leads to the instance; its changing scalars are properties and its queries methods that read
+  the hidden slot (their `__self__` is the facade).
+What Python still allows (a class patched, gc) is listed in docs/architecture.md, "What a policy cannot do";
+tests/test_view_contract.py tries each tamper the view must refuse.
 """
 
 from __future__ import annotations
 
-import inspect
 import weakref
 from collections.abc import Callable, Iterator, Sequence, Set
 from operator import attrgetter
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 _KEEP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # interface -> the engine array it exposes
-_SIGNATURES: dict[Any, inspect.Signature] = {}  # a query's function -> its signature less `self`
+_SLOTS: dict[type, dict[str, Any]] = {}  # a sealed class -> its slot descriptors (taken off the class)
 
 
 class ArrayInterface:
@@ -42,7 +41,7 @@ class ArrayInterface:
 
 def seal(a: np.ndarray) -> np.ndarray:
     """A read-only array over `a`'s memory (it follows `a`): its writeable flag cannot be reopened and no attribute
-    of it or of its `.base` is `a` (measured: 3 us a call, once per array and view at the start of a run)."""
+    of it or of its `.base` is `a` (measured: 10 us a call, once per array and view at the start of a run)."""
     if a.dtype.hasobject:  # pointers the interface would hand out without their references
         raise TypeError("seal: object arrays are not sealed; hand out a copy")
     iface = ArrayInterface()
@@ -52,7 +51,7 @@ def seal(a: np.ndarray) -> np.ndarray:
 
 
 class Frozen:
-    """Base of the facades and the view: writes raise (and `build`'s instances hold nothing a write could change)."""
+    """Base of the facades and the view: attribute writes raise."""
 
     __slots__ = ()
 
@@ -64,178 +63,246 @@ class Frozen:
         self.__setattr__(name, None)
 
 
-def live(obj: Any, name: str) -> property:
-    """A property reading `obj.name` now (the facade holds no reference to `obj`: the getter's closure does)."""
-    get = attrgetter(name)
-    return property(lambda _self: get(obj), doc=f"the current {name}")
+def sealed(cls: type) -> type:
+    """Class decorator: the class's own slots are taken off it (kept in `_SLOTS`): a public slot becomes a read-only
+    property, a private one has no name on the class. `make` fills them; `hidden` reads a private one."""
+    descs = {}
+    for name in cls.__dict__.get("__slots__", ()):
+        descs[name] = d = cls.__dict__[name]
+        if name.startswith("_"):
+            delattr(cls, name)
+        else:
+            setattr(cls, name, property(d.__get__))
+    _SLOTS[cls] = descs
+    return cls
 
 
-def query(bound: Callable) -> Callable:
-    """`bound` (an engine object's method) as a plain function of the same signature: no `__self__` to follow."""
-    fn = bound.__func__
-    sig = _SIGNATURES.get(fn)
-    if sig is None:
-        params = list(inspect.signature(fn).parameters.values())[1:]
-        sig = _SIGNATURES[fn] = inspect.Signature(params)
-
-    def call(*args, **kwargs):
-        return bound(*args, **kwargs)
-
-    call.__name__, call.__doc__, call.__signature__ = fn.__name__, fn.__doc__, sig
-    return call
+def make(kind: type, /, **values: Any) -> Any:
+    """An instance of the `sealed` class `kind` with its slots set (every slot must be given)."""
+    obj = object.__new__(kind)
+    descs = _SLOTS[kind]
+    for name, v in values.items():
+        descs[name].__set__(obj, v)
+    return obj
 
 
-def build(base: type, values: dict[str, Any], props: dict[str, property] | None = None,
-          funcs: dict[str, Callable] | None = None, dunders: dict[str, Callable] | None = None) -> Any:
-    """The one instance of a new subclass of `base` whose class holds `values` (attributes), `props` (properties),
-    `funcs` (plain functions: no self) and `dunders` (special methods, taking self): no instance state at all."""
-    ns: dict[str, Any] = {"__slots__": (), "__module__": base.__module__, "__qualname__": base.__qualname__,
-                          "__doc__": base.__doc__, **values, **(props or {}), **(dunders or {})}
-    for name, fn in (funcs or {}).items():
-        ns[name] = staticmethod(fn)
-    return object.__new__(type(base.__name__, (base,), ns))
+def hidden(cls: type, name: str) -> Callable[[Any], Any]:
+    """The reader of a sealed class's private slot `name` (for the class's own methods)."""
+    return _SLOTS[cls][name].__get__
 
 
-def seq_view(s) -> Sequence:
-    """A read-only sequence over a list or deque the engine keeps changing."""
-    return build(SeqView, {}, dunders={
-        "__len__": lambda _self: len(s), "__iter__": lambda _self: iter(s), "__getitem__": lambda _self, k: s[k],
-        "__contains__": lambda _self, x: x in s, "__repr__": lambda _self: f"SeqView({list(s)!r})"})
+def live(*names: str) -> Callable[[type], type]:
+    """Class decorator (over `sealed`): a property per name, reading the current `NAME` of the object in the
+    class's hidden slot `_i`."""
+    def add(cls: type) -> type:
+        get = hidden(cls, "_i")
+        for n in names:
+            g = attrgetter(n)
+            setattr(cls, n, property(lambda self, g=g: g(get(self)), doc=f"the current {n}"))
+        return cls
+    return add
 
 
-def set_view(s: set) -> Set:
-    """A read-only set over a set the engine keeps changing."""
-    return build(SetView, {}, dunders={
-        "__len__": lambda _self: len(s), "__iter__": lambda _self: iter(s), "__contains__": lambda _self, x: x in s,
-        "__repr__": lambda _self: f"SetView({set(s)!r})"})
-
-
+@sealed
 class SeqView(Frozen, Sequence):
-    """A read-only sequence over a list or deque the engine keeps changing (`seq_view`)."""
+    """A read-only sequence over a list or deque the engine keeps changing."""
 
-    __slots__ = ()
+    __slots__ = ("_s",)
+
+    def __len__(self) -> int:
+        return len(_seq(self))
+
+    def __iter__(self) -> Iterator:
+        return iter(_seq(self))
+
+    def __getitem__(self, k):
+        return _seq(self)[k]
+
+    def __contains__(self, x) -> bool:
+        return x in _seq(self)
+
+    def __repr__(self) -> str:
+        return f"SeqView({list(_seq(self))!r})"
 
 
+_seq = hidden(SeqView, "_s")
+
+
+@sealed
 class SetView(Frozen, Set):
-    """A read-only set over a set the engine keeps changing (`set_view`)."""
+    """A read-only set over a set the engine keeps changing."""
 
-    __slots__ = ()
+    __slots__ = ("_s",)
+
+    def __len__(self) -> int:
+        return len(_set(self))
+
+    def __iter__(self) -> Iterator:
+        return iter(_set(self))
+
+    def __contains__(self, x) -> bool:
+        return x in _set(self)
+
+    def __repr__(self) -> str:
+        return f"SetView({set(_set(self))!r})"
 
 
+_set = hidden(SetView, "_s")
+
+
+@sealed
 class CostQuery(Frozen):
     """An instance's forward-pass time model as a query: `pass_time` answers and leaves the model as it was
     (the engine reads the model's last-call fields after its own calls)."""
 
-    __slots__ = ()
+    __slots__ = ("_c", "dp")
 
-    @staticmethod
-    def of(c) -> CostQuery:
-        def pass_time(prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
-            unit, idle = c.last_unit, c.last_idle_frac
-            try:
-                return c.pass_time(prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends)
-            finally:
-                c.last_unit, c.last_idle_frac = unit, idle
-
-        return build(CostQuery, {"dp": c.dp}, funcs={"pass_time": pass_time})
+    def pass_time(self, prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends=None) -> float:
+        c = _cost(self)
+        unit, idle = c.last_unit, c.last_idle_frac
+        try:
+            return c.pass_time(prefill_tokens, prefill_attn, decode_reqs, decode_kv, prompt_ends)
+        finally:
+            c.last_unit, c.last_idle_frac = unit, idle
 
 
+_cost = hidden(CostQuery, "_c")
+
+
+def cost_query(cost) -> CostQuery:
+    return make(CostQuery, _c=cost, dp=cost.dp)
+
+
+@sealed
 class PrefixKeys(Frozen):
     """One DP unit's prefix-key LRU (prefill.PrefixCache), read-only: `key in cache`, `keys` (LRU order)."""
 
-    __slots__ = ()
+    __slots__ = ("entries", "keys")
 
-    @staticmethod
-    def of(cache) -> PrefixKeys:
-        keys = cache.keys
-        return build(PrefixKeys, {"entries": cache.entries, "keys": MappingProxyType(keys)},
-                     dunders={"__contains__": lambda _self, key: key in keys})
+    def __contains__(self, key: int) -> bool:
+        return key in self.keys
 
 
-def _queries(inst, names: tuple[str, ...]) -> dict[str, Callable]:
-    return {n: query(getattr(inst, n)) for n in names}
+def _inst(cls: type) -> Callable[[Any], Any]:
+    return hidden(cls, "_i")
 
 
+@live("up", "busy", "depth", "pass_start", "pass_end", "last_fwd", "n_passes")
+@sealed
 class PrefillFacade(Frozen):
-    """A prefill instance (prefill.PrefillInstance) as a policy sees it: `idx`, `dp`, `chunk_tokens`,
-    `batch_form_s`, `dp_dispatch`, `blocks`, the token arrays per DP unit (`queued_tokens`, `inflight_tokens`,
-    `running_tokens`, `reported`), `caches` (PrefixKeys per unit, or None), `cost` (CostQuery), the live scalars
-    `up`, `busy`, `depth`, `pass_start`, `pass_end`, `last_fwd`, `n_passes` and the queries below."""
+    """A prefill instance (prefill.PrefillInstance) as a policy sees it."""
 
-    __slots__ = ()
-    LIVE = ("up", "busy", "depth", "pass_start", "pass_end", "last_fwd", "n_passes")
-    QUERIES = ("load_tokens", "chain", "cache_hits", "cache_matches", "cache_fill", "prefix_hit")
+    __slots__ = ("_i", "idx", "dp", "chunk_tokens", "batch_form_s", "dp_dispatch", "blocks", "queued_tokens",
+                 "inflight_tokens", "running_tokens", "reported", "caches", "cost")
 
     @staticmethod
     def of(inst) -> PrefillFacade:
-        """load_tokens(): tokens each DP unit still has to process (a fresh array); chain(rid): the prefix-block
-        hashes of `rid`'s prompt; cache_hits(rid) / cache_matches(rid): per unit (grouped) the prompt tokens the
-        prefix-block caches would serve now; cache_fill(), cache_blocks(), cache_free_blocks(): the HBM prefix
-        caches' use; prefix_hit(rid, dp): tokens unit `dp`'s prefix cache would serve now."""
-        bc = inst.bcaches
+        return make(PrefillFacade, _i=inst, idx=inst.idx, dp=inst.dp, chunk_tokens=inst.chunk_tokens,
+                    batch_form_s=inst.batch_form_s, dp_dispatch=inst.dp_dispatch, blocks=inst.blocks,
+                    cost=cost_query(inst.cost),
+                    caches=None if inst.caches is None else tuple(
+                        make(PrefixKeys, entries=c.entries, keys=MappingProxyType(c.keys)) for c in inst.caches),
+                    **{n: seal(getattr(inst, n)) for n in ("queued_tokens", "inflight_tokens", "running_tokens",
+                                                           "reported")})
 
-        def cache_blocks() -> list[int] | None:
-            """Per DP unit: HBM prefix-cache blocks in use (None without block caches)."""
-            return None if bc is None else [len(c.hbm) for c in bc]
+    def load_tokens(self) -> np.ndarray:
+        """Tokens each DP unit still has to process (wire + queue + current pass): a fresh array."""
+        return _prefill(self).load_tokens()
 
-        def cache_free_blocks() -> list[int] | None:
-            """Per DP unit: HBM prefix-cache blocks not in use (None without block caches)."""
-            return None if bc is None else [c.hbm.capacity - len(c.hbm) for c in bc]
+    def chain(self, rid: int) -> list[int]:
+        """The prefix-block hashes of request `rid`'s prompt."""
+        return _prefill(self).chain(rid)
 
-        values = {"idx": inst.idx, "dp": inst.dp, "chunk_tokens": inst.chunk_tokens, "batch_form_s": inst.batch_form_s,
-                  "dp_dispatch": inst.dp_dispatch, "blocks": inst.blocks, "cost": CostQuery.of(inst.cost),
-                  "caches": None if inst.caches is None else tuple(PrefixKeys.of(c) for c in inst.caches),
-                  **{n: seal(getattr(inst, n)) for n in ("queued_tokens", "inflight_tokens", "running_tokens",
-                                                         "reported")}}
-        return build(PrefillFacade, values, {n: live(inst, n) for n in PrefillFacade.LIVE},
-                     {**_queries(inst, PrefillFacade.QUERIES), "cache_blocks": cache_blocks,
-                      "cache_free_blocks": cache_free_blocks})
+    def cache_hits(self, rid: int) -> tuple[list[int], list[int]]:
+        """Per DP unit: prompt tokens of `rid` its prefix-block cache would serve now, and how many sit in the
+        host tier (zeros without block caches)."""
+        return _prefill(self).cache_hits(rid)
+
+    def cache_matches(self, rid: int) -> list[tuple[int, int, int]]:
+        """cache_hits grouped: (bit mask of DP units, hit tokens, host tokens) per group of units with the same
+        hit (units holding nothing of the prompt last): no step per unit, for routers that key a group once."""
+        return _prefill(self).cache_matches(rid)
+
+    def cache_fill(self) -> list[float]:
+        """Per DP unit: the fraction of the HBM prefix-cache capacity in use (empty without block caches)."""
+        return _prefill(self).cache_fill()
+
+    def cache_blocks(self) -> list[int] | None:
+        """Per DP unit: HBM prefix-cache blocks in use (None without block caches)."""
+        bc = _prefill(self).bcaches
+        return None if bc is None else [len(c.hbm) for c in bc]
+
+    def cache_free_blocks(self) -> list[int] | None:
+        """Per DP unit: HBM prefix-cache blocks not in use (None without block caches)."""
+        bc = _prefill(self).bcaches
+        return None if bc is None else [c.hbm.capacity - len(c.hbm) for c in bc]
+
+    def prefix_hit(self, rid: int, dp: int) -> int:
+        """Prompt tokens of `rid` that the prefix cache of unit `dp` would serve now."""
+        return _prefill(self).prefix_hit(rid, dp)
 
 
+_prefill = _inst(PrefillFacade)
+
+
+@live("busy", "steps", "n_batch", "n_running", "step_start", "step_end")
+@sealed
 class DecodeFacade(Frozen):
-    """A decode instance (decode.DecodeInstance) as a policy sees it: `idx`, `dp`, `batch_limit`, `slots`, the
-    arrays per worker `kv_cap`, `batch`, `kv`, `active` (a SetView per worker), `cost`, the live scalars `busy`,
-    `steps`, `n_batch`, `n_running`, `step_start`, `step_end`, and the queries `free_slots()` (free batch slots per
-    worker, a fresh array) and `fits(load)` (the workers that would admit a request holding `load` KV tokens now:
-    the admission rule itself, DecodeInstance.fits, which view.admit applies)."""
+    """A decode instance (decode.DecodeInstance) as a policy sees it."""
 
-    __slots__ = ()
-    LIVE = ("busy", "steps", "n_batch", "n_running", "step_start", "step_end")
+    __slots__ = ("_i", "idx", "dp", "batch_limit", "slots", "kv_cap", "batch", "kv", "active", "cost")
 
     @staticmethod
     def of(inst) -> DecodeFacade:
-        values = {"idx": inst.idx, "dp": inst.dp, "batch_limit": inst.batch_limit, "slots": inst.slots,
-                  "kv_cap": seal(inst.kv_cap), "batch": seal(inst.batch), "kv": seal(inst.kv),
-                  "active": tuple(set_view(s) for s in inst.active), "cost": CostQuery.of(inst.cost)}
-        return build(DecodeFacade, values, {n: live(inst, n) for n in DecodeFacade.LIVE},
-                     _queries(inst, ("free_slots", "fits")))
+        return make(DecodeFacade, _i=inst, idx=inst.idx, dp=inst.dp, batch_limit=inst.batch_limit, slots=inst.slots,
+                    kv_cap=seal(inst.kv_cap), batch=seal(inst.batch), kv=seal(inst.kv),
+                    active=tuple(make(SetView, _s=s) for s in inst.active), cost=cost_query(inst.cost))
+
+    def free_slots(self) -> np.ndarray:
+        """Free batch slots per worker (a fresh array)."""
+        return _decode(self).free_slots()
+
+    def fits(self, load: int) -> np.ndarray:
+        """Workers that would admit a request holding `load` KV tokens now (a free slot and room for its KV):
+        the admission rule itself (DecodeInstance.fits), which view.admit applies."""
+        return _decode(self).fits(load)
 
 
+_decode = _inst(DecodeFacade)
+
+
+@live("n_decoding", "kv_used", "decode_kv", "n_running", "steps")
+@sealed
 class UnitFacade(Frozen):
-    """A colocated DP unit (colocated.ColocatedUnit) as a policy sees it: `slots`, `kv_cap`, `chunk_tokens`, the
-    queues `waiting`, `prefilling` (SeqViews) and `decoding` (a SetView), the live scalars `n_decoding`, `kv_used`,
-    `decode_kv`, `n_running`, `steps`, and `free_slots()` (slots not held by a running request)."""
+    """A colocated DP unit (colocated.ColocatedUnit) as a policy sees it."""
 
-    __slots__ = ()
-    LIVE = ("n_decoding", "kv_used", "decode_kv", "n_running", "steps")
+    __slots__ = ("_i", "slots", "kv_cap", "chunk_tokens", "waiting", "prefilling", "decoding")
 
     @staticmethod
     def of(unit) -> UnitFacade:
-        values = {"slots": unit.slots, "kv_cap": unit.kv_cap, "chunk_tokens": unit.chunk_tokens,
-                  "waiting": seq_view(unit.waiting), "prefilling": seq_view(unit.prefilling),
-                  "decoding": set_view(unit.decoding)}
-        return build(UnitFacade, values, {n: live(unit, n) for n in UnitFacade.LIVE}, _queries(unit, ("free_slots",)))
+        return make(UnitFacade, _i=unit, slots=unit.slots, kv_cap=unit.kv_cap, chunk_tokens=unit.chunk_tokens,
+                    waiting=make(SeqView, _s=unit.waiting), prefilling=make(SeqView, _s=unit.prefilling),
+                    decoding=make(SetView, _s=unit.decoding))
+
+    def free_slots(self) -> int:
+        """Slots not held by a running request."""
+        return _unit(self).free_slots()
 
 
+_unit = _inst(UnitFacade)
+
+
+@live("busy", "iter_start", "iter_end", "n_iters")
+@sealed
 class ColocatedFacade(Frozen):
-    """A colocated instance (colocated.ColocatedInstance) as a policy sees it: `idx`, `dp`, `units` (UnitFacades),
-    `cost`, the live scalars `busy`, `iter_start`, `iter_end`, `n_iters`."""
+    """A colocated instance (colocated.ColocatedInstance) as a policy sees it."""
 
-    __slots__ = ()
-    LIVE = ("busy", "iter_start", "iter_end", "n_iters")
+    __slots__ = ("_i", "idx", "dp", "units", "cost")
 
     @staticmethod
     def of(inst) -> ColocatedFacade:
-        values = {"idx": inst.idx, "dp": inst.dp, "units": tuple(UnitFacade.of(u) for u in inst.units),
-                  "cost": CostQuery.of(inst.cost)}
-        return build(ColocatedFacade, values, {n: live(inst, n) for n in ColocatedFacade.LIVE})
+        return make(ColocatedFacade, _i=inst, idx=inst.idx, dp=inst.dp,
+                    units=tuple(UnitFacade.of(u) for u in inst.units), cost=cost_query(inst.cost))
+
+
+_coloc = _inst(ColocatedFacade)

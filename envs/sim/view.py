@@ -6,8 +6,9 @@ engine: request arrays are sealed read-only arrays (facades.seal: the flag canno
 `.base` leads nowhere), the buffer and pool read-only mappings, the instances read-only facades
 (facades.py), `cfg` a copy the engine never reads, `completed` a read-only sequence whose slices
 are sealed, and the true output length (`req.output`) raises `OracleError` unless `cfg.oracle`.
-A view holds no state of its own (facades.build): its actions and queries are plain functions,
-not the engine's bound methods, so no attribute of the view leads to the engine. Every write to
+A view's slots are sealed (facades.sealed): the engine sits in a slot that has no name, so no
+attribute of the view leads to it, and its actions and queries are the view's own methods, not
+the engine's bound methods. Every write to
 the view or what it hands out raises; the run changes only through the action methods, which the
 engine checks (policy_errors.py). What Python still allows is listed in docs/architecture.md,
 "What a policy cannot do"; tests/test_view_contract.py walks every public name and tries the tampers.
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, build, live, query, seal
+from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, hidden, live, make, seal, sealed
 
 if TYPE_CHECKING:  # pragma: no cover
     from .classes import ClassTable
@@ -42,9 +43,6 @@ VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill
 
 # Engine values a view hands out as they are (immutable, or the policies' own random stream).
 VALUES = ("disaggregated", "rng", "block_tokens", "seed")
-# The engine's queries and actions a view hands out as plain functions (facades.query).
-QUERIES = ("healthy_prefill", "prefix_hit", "fill_prefill")
-ACTIONS = ("dispatch", "reject", "set_timer", "admit", "pause")
 # Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
 BLOCKS = ("block_ids", "block_off")
 # Optional arrays: None when the run has none. predicted: the output length predicted at arrival (prediction.py).
@@ -55,51 +53,65 @@ class OracleError(RuntimeError):
     """A policy read the true output lengths of a run without `oracle: true`."""
 
 
+@sealed
 class RequestView(Frozen):
-    """The request table as a policy sees it: sealed arrays that follow the run (`RequestView.of`)."""
+    """The request table as a policy sees it: sealed arrays that follow the run."""
 
-    __slots__ = ()
+    __slots__ = ("n", "_output", *VISIBLE, *OPTIONAL)
 
     @staticmethod
     def of(table: RequestTable, oracle: bool) -> RequestView:
-        values = {"n": table.n, "_output": seal(table.output) if oracle else None,
-                  **{name: seal(getattr(table, name)) for name in VISIBLE}}
-        for name in OPTIONAL:
-            a = getattr(table, name)
-            values[name] = None if a is None else seal(a)
-        return build(RequestView, values)
+        opt = {name: None if getattr(table, name) is None else seal(getattr(table, name)) for name in OPTIONAL}
+        return make(RequestView, n=table.n, _output=seal(table.output) if oracle else None,
+                    **{name: seal(getattr(table, name)) for name in VISIBLE}, **opt)
 
     @property
     def output(self) -> np.ndarray:
-        if self._output is None:
+        out = _output(self)
+        if out is None:
             raise OracleError("req.output: true output lengths are hidden from policies; set oracle: true to "
                               "expose them (finished requests' lengths are req.done[sim.completed])")
-        return self._output
+        return out
 
     def load(self, rid: int) -> int:
         """KV tokens request `rid` holds while decoding: prompt plus tokens produced so far."""
         return int(self.prompt[rid] + self.done[rid])
 
 
+_output = hidden(RequestView, "_output")
+
+
+@sealed
 class Completed(Frozen, Sequence):
     """Finished request ids in completion order (requests.IdLog as a policy sees it): an item is an int, a slice a
     sealed id array (`req.done[sim.completed[k:]]` indexes with it directly)."""
 
-    __slots__ = ()
+    __slots__ = ("_log", "_ids")
 
     @staticmethod
     def of(log: IdLog) -> Completed:
-        ids = seal(log._ids)  # preallocated for every request: the sealed array follows the log
+        return make(Completed, _log=log, _ids=seal(log._ids))  # preallocated for every request: the seal follows it
 
-        def done() -> np.ndarray:
-            return ids[:log._n]
+    def _done(self) -> np.ndarray:
+        return _ids(self)[:len(_log(self))]
 
-        return build(Completed, {}, dunders={
-            "__len__": lambda _self: log._n,
-            "__getitem__": lambda _self, key: done()[key] if isinstance(key, slice) else int(done()[key]),
-            "__iter__": lambda _self: iter(done().tolist()),
-            "__contains__": lambda _self, x: bool((done() == x).any()),
-            "__repr__": lambda _self: f"Completed({done().tolist()})"})
+    def __len__(self) -> int:
+        return len(_log(self))
+
+    def __getitem__(self, key):
+        return self._done()[key] if isinstance(key, slice) else int(self._done()[key])
+
+    def __iter__(self):
+        return iter(self._done().tolist())
+
+    def __contains__(self, x) -> bool:
+        return bool((self._done() == x).any())
+
+    def __repr__(self) -> str:
+        return f"Completed({self._done().tolist()})"
+
+
+_log, _ids = hidden(Completed, "_log"), hidden(Completed, "_ids")
 
 
 class SimView(Protocol):
@@ -141,35 +153,80 @@ class SimView(Protocol):
     def pause(self) -> None: ...
 
 
+@live("now", "tokens_out")
+@sealed
 class RunView(Frozen):
-    """The `SimView` of a running engine (`RunView.of(engine)`: one per policy and observer, built once per run;
-    every attribute follows the run)."""
+    """The `SimView` of a running engine (`RunView.of(engine)`: one per policy and one for the observers, built once
+    per run; every attribute follows the run)."""
 
-    __slots__ = ()
+    __slots__ = ("_i", "_proxies", "cfg", "req", "completed", "prefill", "decode", "colocated", "prefill_healthy",
+                 "classes", *VALUES)
 
     @staticmethod
     def of(engine: Any) -> RunView:
-        proxies: dict[str, tuple] = {}
+        return make(RunView, _i=engine, _proxies={},
+                    cfg=copy.deepcopy(engine.cfg),  # a copy: a policy that writes to it changes nothing the engine reads
+                    req=RequestView.of(engine.req, engine.cfg.oracle),
+                    completed=Completed.of(engine.completed),
+                    prefill=tuple(PrefillFacade.of(i) for i in engine.prefill),
+                    decode=tuple(DecodeFacade.of(i) for i in engine.decode),
+                    colocated=tuple(ColocatedFacade.of(i) for i in engine.colocated),
+                    prefill_healthy=seal(engine.prefill_healthy),
+                    classes=engine.classes.copy(),  # its own read-only arrays: the engine's stay its own
+                    **{name: getattr(engine, name) for name in VALUES})
 
-        def proxy(name: str) -> property:
-            """One read-only proxy per engine dict (policies may key caches on the pool object's identity)."""
-            def get(_self) -> Mapping[int, None]:
-                src = getattr(engine, name)
-                cached = proxies.get(name)
-                if cached is None or cached[0] is not src:
-                    cached = proxies[name] = (src, MappingProxyType(src))
-                return cached[1]
-            return property(get)
+    @property
+    def buffer(self) -> Mapping[int, None]:
+        return self._proxy("buffer")
 
-        values = {"cfg": copy.deepcopy(engine.cfg),  # a copy: a policy that writes to it changes nothing the engine reads
-                  "req": RequestView.of(engine.req, engine.cfg.oracle),
-                  "completed": Completed.of(engine.completed),
-                  "prefill": tuple(PrefillFacade.of(i) for i in engine.prefill),
-                  "decode": tuple(DecodeFacade.of(i) for i in engine.decode),
-                  "colocated": tuple(ColocatedFacade.of(i) for i in engine.colocated),
-                  "prefill_healthy": seal(engine.prefill_healthy),
-                  "classes": engine.classes.copy(),  # its own read-only arrays: the engine's stay its own
-                  **{name: getattr(engine, name) for name in VALUES}}
-        props = {"now": live(engine, "now"), "tokens_out": live(engine, "tokens_out"),
-                 "buffer": proxy("buffer"), "pool": proxy("pool")}
-        return build(RunView, values, props, {name: query(getattr(engine, name)) for name in QUERIES + ACTIONS})
+    @property
+    def pool(self) -> Mapping[int, None]:
+        return self._proxy("pool")
+
+    def _proxy(self, name: str) -> Mapping[int, None]:
+        """One read-only proxy per engine dict (policies may key caches on the pool object's identity)."""
+        src = getattr(_engine(self), name)
+        proxies = _proxies(self)
+        cached = proxies.get(name)
+        if cached is None or cached[0] is not src:
+            cached = proxies[name] = (src, MappingProxyType(src))
+        return cached[1]
+
+    # queries
+    def healthy_prefill(self) -> tuple[int, ...]:
+        """Instances that accept prompts (prefill, or colocated) and that health checks call healthy."""
+        return _engine(self).healthy_prefill()
+
+    def prefix_hit(self, rid: int, inst: int, dp: int) -> int:
+        """Prompt tokens of `rid` that the prefix cache of (inst, dp) would serve now."""
+        return _engine(self).prefix_hit(rid, inst, dp)
+
+    def fill_prefill(self, inst: int, unit: int, budget: int, admit_new: bool = True,
+                     per_request: int | None = None) -> list[tuple[int, int]]:
+        """Prompt pieces for a colocated unit (a proposal: it changes nothing); see Simulator.fill_prefill."""
+        return _engine(self).fill_prefill(inst, unit, budget, admit_new, per_request)
+
+    # actions (the engine checks each: policy_errors.ActionError names the rule a refused one breaks)
+    def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
+        """Send buffered request `rid` to instance `inst` (DP unit `dp`, or the engine's choice)."""
+        _engine(self).dispatch(rid, inst, dp)
+
+    def reject(self, rid: int, reason: str) -> None:
+        """Reject a request the policy holds (buffer or pool), recording why."""
+        _engine(self).reject(rid, reason)
+
+    def set_timer(self, t: float, owner: str, tag: object = None) -> None:
+        """Call `on_timer(view, tag)` of the `owner` policy ('prefill', 'decode', 'batching') at time t."""
+        _engine(self).set_timer(t, owner, tag)
+
+    def admit(self, rid: int, inst: int, worker: int) -> bool:
+        """Admit pool request `rid` to `worker` of decode instance `inst` at a step boundary (False: it does not fit,
+        nothing changed)."""
+        return _engine(self).admit(rid, inst, worker)
+
+    def pause(self) -> None:
+        """Stop the run after the current callback (the Gymnasium envs use this)."""
+        _engine(self).pause()
+
+
+_engine, _proxies = hidden(RunView, "_i"), hidden(RunView, "_proxies")
