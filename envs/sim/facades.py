@@ -15,7 +15,9 @@ tests/test_view_contract.py tries each tamper the view must refuse.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence, Set
 from operator import attrgetter
 from types import MappingProxyType
@@ -25,6 +27,7 @@ import numpy as np
 
 _KEEP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # interface -> the engine array it exposes
 _SLOTS: dict[type, dict[str, Any]] = {}  # a sealed class -> its slot descriptors (taken off the class)
+_RECORDS: dict[type, type] = {}  # a dataclass -> the named tuple a view hands out for it
 
 
 class ArrayInterface:
@@ -48,6 +51,17 @@ def seal(a: np.ndarray) -> np.ndarray:
     object.__setattr__(iface, "_iface", (a.ctypes.data, a.shape, a.strides, a.dtype.str))
     _KEEP[iface] = a  # the memory lives as long as any sealed array over it
     return np.asarray(iface)
+
+
+def record(dc: Any) -> Any:
+    """A (frozen) dataclass the engine reads, as a named tuple of its fields: the same attributes, and no
+    object.__setattr__ reaches it (a frozen dataclass refuses only setattr)."""
+    if dc is None:
+        return None
+    kind = _RECORDS.get(type(dc))
+    if kind is None:
+        kind = _RECORDS[type(dc)] = namedtuple(type(dc).__name__, [f.name for f in dataclasses.fields(dc)])
+    return kind(*(getattr(dc, f) for f in kind._fields))
 
 
 class Frozen:
@@ -198,7 +212,7 @@ class PrefillFacade(Frozen):
     @staticmethod
     def of(inst) -> PrefillFacade:
         return make(PrefillFacade, _i=inst, idx=inst.idx, dp=inst.dp, chunk_tokens=inst.chunk_tokens,
-                    batch_form_s=inst.batch_form_s, dp_dispatch=inst.dp_dispatch, blocks=inst.blocks,
+                    batch_form_s=inst.batch_form_s, dp_dispatch=inst.dp_dispatch, blocks=record(inst.blocks),
                     cost=cost_query(inst.cost),
                     caches=None if inst.caches is None else tuple(
                         make(PrefixKeys, entries=c.entries, keys=MappingProxyType(c.keys)) for c in inst.caches),

@@ -29,8 +29,9 @@ import numpy as np
 
 from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, hidden, live, make, seal, sealed
 
+from .classes import ClassTable
+
 if TYPE_CHECKING:  # pragma: no cover
-    from .classes import ClassTable
     from .config import SimConfig
     from .requests import IdLog, RequestTable
 
@@ -164,6 +165,7 @@ class RunView(Frozen):
 
     @staticmethod
     def of(engine: Any) -> RunView:
+        c = engine.classes
         return make(RunView, _i=engine, _proxies={},
                     cfg=copy.deepcopy(engine.cfg),  # a copy: a policy that writes to it changes nothing the engine reads
                     req=RequestView.of(engine.req, engine.cfg.oracle),
@@ -172,7 +174,7 @@ class RunView(Frozen):
                     decode=tuple(DecodeFacade.of(i) for i in engine.decode),
                     colocated=tuple(ColocatedFacade.of(i) for i in engine.colocated),
                     prefill_healthy=seal(engine.prefill_healthy),
-                    classes=engine.classes.copy(),  # its own read-only arrays: the engine's stay its own
+                    classes=ClassTable(c.names, seal(c.ttft_s), seal(c.tpot_s), seal(c.weight)),  # its own table
                     **{name: getattr(engine, name) for name in VALUES})
 
     @property
