@@ -299,7 +299,7 @@ def _tampers(v) -> dict[str, object]:
     out["view.req.output without oracle"] = lambda: v.req.output
     out["admit to a worker that does not exist"] = lambda: v.admit(rid, 0, 10**6)
     out["admit a request not in the pool"] = lambda: v.admit(-1, 0, 0)
-    out["reject a request nobody holds"] = lambda: v.reject(-5, "admission")
+    out["reject a request nobody holds"] = lambda: v.reject(-5, "policy")
     return out
 
 

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, hidden, live, make, seal, sealed
-
 from .classes import ClassTable
+from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, hidden, live, make, seal, sealed
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import SimConfig
