@@ -57,7 +57,7 @@ def load_scenario(name: str, overrides: list[str] | tuple[str, ...] = ()) -> Sce
         raise ConfigError(f"scenario: unknown {name!r}; {did_you_mean(name, names)}allowed: {', '.join(names)}")
     raw = _compose(name, tuple(overrides))
     sim = sim_config({k: raw[k] for k in ("hardware", "model", "cluster", "workload", "cost", "faults", "slo",
-                                          "oracle", "max_sim_time_s")})
+                                          "oracle", "max_sim_time_s", "check_policies")})
     return Scenario(name=name, sim=sim, policy=dict(raw.get("policy") or {}), raw=raw)
 
 

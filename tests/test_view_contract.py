@@ -14,6 +14,7 @@ policy cannot do").
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 from collections import deque
 from types import MappingProxyType
@@ -21,7 +22,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import SimResult, Simulator, simulate
+from pdgym.envs.sim import PolicyError, SimResult, Simulator, simulate
 from pdgym.envs.sim.policy import LeastLoadedAdmission, RoundRobinDispatch
 
 ACTIONS = {"dispatch", "reject", "set_timer", "admit", "pause"}  # the view's actions: not called by the walk
@@ -365,3 +366,27 @@ def test_issue_44s_tampers_are_refused_and_change_nothing():
     views = {id(v) for v in sim.views.values()} | {id(sim.view)}
     assert len(views) == len(sim.views) + 1 and spy.view is sim.views["prefill"]
     assert spy.view.decode[0] is not sim.views["decode"].decode[0]
+
+
+class _GcTamper(LeastLoadedAdmission):
+    """What a view cannot refuse: the engine found with gc.get_referents, a request's remaining work rewritten."""
+
+    name = "gc_tamper"
+
+    def route(self, sim, inst):
+        engine = next(o for o in gc.get_referents(sim) if type(o).__name__ == "Simulator")
+        engine.req.prompt[max(sim.pool)] += 1000  # a longer prompt: more KV, later finish
+        super().route(sim, inst)
+
+
+def test_the_tamper_check_stops_what_the_view_cannot_refuse_and_changes_nothing_else():
+    scen, overrides, _ = ENGINES["decode_tier"]
+    plain = load_scenario(scen, overrides).sim
+    checked = load_scenario(scen, [*overrides, "check_policies=true"]).sim
+    clean = simulate(plain, None, seed=0)
+    assert simulate(plain, {"decode": _GcTamper()}, seed=0).requests.prompt.sum() > clean.requests.prompt.sum()
+    with pytest.raises(PolicyError, match=r"^policy\.decode: _GcTamper\.route changed the engine's state outside its "
+                       r"actions \(req\.prompt changed before admit\(\); check_policies: true\)$"):
+        simulate(checked, {"decode": _GcTamper()}, seed=0)
+    same = simulate(checked, None, seed=0)  # the check watches, it does not act
+    assert same.requests.equals(clean.requests) and same.steps.equals(clean.steps)

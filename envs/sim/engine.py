@@ -38,6 +38,7 @@ from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
 from .steplog import StepLog, SummaryLog
+from .tamper_check import TamperCheck
 from .view import RunView
 from .workload import make_workload
 
@@ -119,6 +120,7 @@ class Simulator:
         self.faults = FaultInjector(self)
         self.views = {name: RunView.of(self) for name in POINTS}  # each policy's own view (view.py)
         self.view = RunView.of(self)  # the observers' (and a caller's who reads the run as a policy would)
+        self.tamper = TamperCheck(self) if cfg.check_policies else None  # tamper_check.py
         # Instance events carry the instance, so their handlers are the classes' own (unbound) methods, which each
         # class declares in HANDLERS; the engine's own events and the fault injector's are bound here.
         handlers = {kind: getattr(cls, meth) for cls in INSTANCE_TYPES for kind, meth in cls.HANDLERS.items()}
@@ -281,12 +283,18 @@ class Simulator:
         that policy's own view. Anything it raises but a ConfigError becomes one PolicyError line naming the policy
         and the call (policy_errors.py); the original stays chained (`__cause__`)."""
         pol = self.policies[point]
+        tamper = self.tamper
+        if tamper is not None:
+            tamper.enter(point, method)
         try:
-            return getattr(pol, method)(self.views[point], *args)
+            out = getattr(pol, method)(self.views[point], *args)
         except Exception as exc:
             if isinstance(exc, ConfigError) and (getattr(exc, "named", True)):
                 raise
             raise named(point, pol, method, exc) from exc
+        if tamper is not None:
+            tamper.leave()
+        return out
 
     def ask(self, point: str, replay, method: str, *args):
         """Ask the policy of decision point `point`: `method(view, *args)`. A policy that paused the run (an agent
