@@ -362,19 +362,20 @@ def test_issue_44s_tampers_are_refused_and_change_nothing():
     assert router.tried > 120 and not router.worked, "tampers that worked:\n" + "\n".join(router.worked)
     got = SimResult(sim)  # every request's history and every pass: the clean run's
     assert got.requests.equals(clean.requests) and got.steps.equals(clean.steps)
-    # each policy is handed a view of its own: what one does to its view no other policy sees
+    # each policy is handed a view of its own (its own config copy: the router's write above stayed in its own);
+    # what the views share (facades, the request view) refused every write above
     views = {id(v) for v in sim.views.values()} | {id(sim.view)}
     assert len(views) == len(sim.views) + 1 and spy.view is sim.views["prefill"]
-    assert spy.view.decode[0] is not sim.views["decode"].decode[0]
+    assert sim.views["decode"].cfg.cluster.decode.batch_limit == 1 != spy.view.cfg.cluster.decode.batch_limit
 
 
 class _GcTamper(LeastLoadedAdmission):
-    """What a view cannot refuse: the engine found with gc.get_referents, a request's remaining work rewritten."""
+    """What a view cannot refuse: the engine found through gc, a request's prompt rewritten."""
 
     name = "gc_tamper"
 
     def route(self, sim, inst):
-        engine = next(o for o in gc.get_referents(sim) if type(o).__name__ == "Simulator")
+        engine = next(o for o in gc.get_objects() if type(o).__name__ == "Simulator" and o.views["decode"] is sim)
         engine.req.prompt[max(sim.pool)] += 1000  # a longer prompt: more KV, later finish
         super().route(sim, inst)
 

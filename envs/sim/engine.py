@@ -118,9 +118,11 @@ class Simulator:
         self._started = False
         self._healthy: tuple[int, ...] | None = None
         self.faults = FaultInjector(self)
-        self.views = {name: RunView.of(self) for name in POINTS}  # each policy's own view (view.py)
-        self.view = RunView.of(self)  # the observers' (and a caller's who reads the run as a policy would)
-        self.tamper = TamperCheck(self) if cfg.check_policies else None  # tamper_check.py
+        self.tamper = TamperCheck(self) if cfg.check_policies else None  # tamper_check.py (before the views: their
+        # actions are the engine's methods as they are now)
+        parts = RunView.parts(self)
+        self.views = {name: RunView.of(self, parts) for name in POINTS}  # each policy's own view (view.py)
+        self.view = RunView.of(self, parts)  # the observers' (and a caller's who reads the run as a policy would)
         # Instance events carry the instance, so their handlers are the classes' own (unbound) methods, which each
         # class declares in HANDLERS; the engine's own events and the fault injector's are bound here.
         handlers = {kind: getattr(cls, meth) for cls in INSTANCE_TYPES for kind, meth in cls.HANDLERS.items()}

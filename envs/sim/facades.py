@@ -5,10 +5,12 @@ A policy reads an instance through its facade and changes the run only through t
 - arrays are `seal`ed: read-only arrays over the engine's memory (they follow the run, so reading them
   costs what it did) whose flag cannot be reopened and whose `.base` is an array interface that holds no
   reference to the engine's array (the engine's array is kept alive beside it, in `_KEEP`);
-- a facade's slots are `sealed`: a public slot is a read-only property, a private one (the wrapped instance,
-  `_i`) has no name at all on the class, so neither `setattr` nor `object.__setattr__` can change a facade and
-  no attribute leads to the instance; its changing scalars are properties and its queries methods that read
-  the hidden slot (their `__self__` is the facade).
+- a facade is the one instance of a class made for it (`frozen`, once per engine instance): its fixed values
+  are class attributes (as fast to read as slots), its changing scalars properties and its queries plain
+  functions, both closing over the instance, so the facade holds no state: neither `setattr` nor
+  `object.__setattr__` can change it, and no attribute (no `_i`, no `__self__`) leads to the instance;
+- the small containers (SeqView, SetView, CostQuery, PrefixKeys) are `sealed`: their one private slot has no
+  name on the class, so nothing reaches or replaces it by attribute.
 What Python still allows (a class patched, gc) is listed in docs/architecture.md, "What a policy cannot do";
 tests/test_view_contract.py tries each tamper the view must refuse.
 """
@@ -16,6 +18,7 @@ tests/test_view_contract.py tries each tamper the view must refuse.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence, Set
@@ -28,6 +31,7 @@ import numpy as np
 _KEEP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # interface -> the engine array it exposes
 _SLOTS: dict[type, dict[str, Any]] = {}  # a sealed class -> its slot descriptors (taken off the class)
 _RECORDS: dict[type, type] = {}  # a dataclass -> the named tuple a view hands out for it
+_SIGNATURES: dict[Any, inspect.Signature] = {}  # a method's function -> its signature less `self`
 
 
 class ArrayInterface:
@@ -77,6 +81,42 @@ class Frozen:
         self.__setattr__(name, None)
 
 
+def frozen(base: type, values: dict[str, Any], props: dict[str, property] | None = None,
+           funcs: dict[str, Callable] | None = None) -> Any:
+    """The one instance of a new subclass of `base` whose class holds `values` (attributes), `props` (properties)
+    and `funcs` (plain functions, no self): no instance state (measured: 40 us a class)."""
+    ns: dict[str, Any] = {"__slots__": (), "__module__": base.__module__, "__qualname__": base.__qualname__,
+                          "__doc__": base.__doc__, **values, **(props or {})}
+    for name, fn in (funcs or {}).items():
+        ns[name] = staticmethod(fn)
+    return object.__new__(type(base.__name__, (base,), ns))
+
+
+def live(obj: Any, *names: str) -> dict[str, property]:
+    """A property per name reading `obj.NAME` now (the getter's closure holds `obj`, the class does not)."""
+    return {n: property(lambda _self, g=attrgetter(n): g(obj), doc=f"the current {n}") for n in names}
+
+
+def query(bound: Callable) -> Callable:
+    """`bound` (an engine object's method) as a plain function of the same signature: no `__self__` to follow."""
+    fn = getattr(bound, "__func__", bound)  # a plain function: tamper_check.py's wrapper of an action
+    sig = _SIGNATURES.get(fn)
+    if sig is None:
+        sig = inspect.signature(bound)
+        if fn is not bound:
+            _SIGNATURES[fn] = sig
+
+    def call(*args, **kwargs):
+        return bound(*args, **kwargs)
+
+    call.__name__, call.__qualname__, call.__doc__, call.__signature__ = fn.__name__, fn.__name__, fn.__doc__, sig
+    return call
+
+
+def queries(obj: Any, *names: str) -> dict[str, Callable]:
+    return {n: query(getattr(obj, n)) for n in names}
+
+
 def sealed(cls: type) -> type:
     """Class decorator: the class's own slots are taken off it (kept in `_SLOTS`): a public slot becomes a read-only
     property, a private one has no name on the class. `make` fills them; `hidden` reads a private one."""
@@ -103,18 +143,6 @@ def make(kind: type, /, **values: Any) -> Any:
 def hidden(cls: type, name: str) -> Callable[[Any], Any]:
     """The reader of a sealed class's private slot `name` (for the class's own methods)."""
     return _SLOTS[cls][name].__get__
-
-
-def live(*names: str) -> Callable[[type], type]:
-    """Class decorator (over `sealed`): a property per name, reading the current `NAME` of the object in the
-    class's hidden slot `_i`."""
-    def add(cls: type) -> type:
-        get = hidden(cls, "_i")
-        for n in names:
-            g = attrgetter(n)
-            setattr(cls, n, property(lambda self, g=g: g(get(self)), doc=f"the current {n}"))
-        return cls
-    return add
 
 
 @sealed
@@ -197,126 +225,84 @@ class PrefixKeys(Frozen):
         return key in self.keys
 
 
-def _inst(cls: type) -> Callable[[Any], Any]:
-    return hidden(cls, "_i")
-
-
-@live("up", "busy", "depth", "pass_start", "pass_end", "last_fwd", "n_passes")
-@sealed
 class PrefillFacade(Frozen):
-    """A prefill instance (prefill.PrefillInstance) as a policy sees it."""
+    """A prefill instance (prefill.PrefillInstance) as a policy sees it: `idx`, `dp`, `chunk_tokens`,
+    `batch_form_s`, `dp_dispatch`, `blocks`, the token arrays per DP unit (`queued_tokens`, `inflight_tokens`,
+    `running_tokens`, `reported`), `caches` (PrefixKeys per unit, or None), `cost` (CostQuery); live: `up`, `busy`,
+    `depth`, `pass_start`, `pass_end`, `last_fwd`, `n_passes`; queries: `load_tokens()` (tokens each DP unit still
+    has to process, a fresh array), `chain(rid)` (the prefix-block hashes of `rid`'s prompt), `cache_hits(rid)`
+    and `cache_matches(rid)` (per unit, or grouped, the prompt tokens the prefix-block caches would serve now),
+    `cache_fill()`, `cache_blocks()`, `cache_free_blocks()` (the HBM prefix caches' use), `prefix_hit(rid, dp)`."""
 
-    __slots__ = ("_i", "idx", "dp", "chunk_tokens", "batch_form_s", "dp_dispatch", "blocks", "queued_tokens",
-                 "inflight_tokens", "running_tokens", "reported", "caches", "cost")
+    __slots__ = ()
 
     @staticmethod
     def of(inst) -> PrefillFacade:
-        return make(PrefillFacade, _i=inst, idx=inst.idx, dp=inst.dp, chunk_tokens=inst.chunk_tokens,
-                    batch_form_s=inst.batch_form_s, dp_dispatch=inst.dp_dispatch, blocks=record(inst.blocks),
-                    cost=cost_query(inst.cost),
-                    caches=None if inst.caches is None else tuple(
-                        make(PrefixKeys, entries=c.entries, keys=MappingProxyType(c.keys)) for c in inst.caches),
-                    **{n: seal(getattr(inst, n)) for n in ("queued_tokens", "inflight_tokens", "running_tokens",
-                                                           "reported")})
+        bc = inst.bcaches
 
-    def load_tokens(self) -> np.ndarray:
-        """Tokens each DP unit still has to process (wire + queue + current pass): a fresh array."""
-        return _prefill(self).load_tokens()
+        def cache_blocks() -> list[int] | None:
+            """Per DP unit: HBM prefix-cache blocks in use (None without block caches)."""
+            return None if bc is None else [len(c.hbm) for c in bc]
 
-    def chain(self, rid: int) -> list[int]:
-        """The prefix-block hashes of request `rid`'s prompt."""
-        return _prefill(self).chain(rid)
+        def cache_free_blocks() -> list[int] | None:
+            """Per DP unit: HBM prefix-cache blocks not in use (None without block caches)."""
+            return None if bc is None else [c.hbm.capacity - len(c.hbm) for c in bc]
 
-    def cache_hits(self, rid: int) -> tuple[list[int], list[int]]:
-        """Per DP unit: prompt tokens of `rid` its prefix-block cache would serve now, and how many sit in the
-        host tier (zeros without block caches)."""
-        return _prefill(self).cache_hits(rid)
-
-    def cache_matches(self, rid: int) -> list[tuple[int, int, int]]:
-        """cache_hits grouped: (bit mask of DP units, hit tokens, host tokens) per group of units with the same
-        hit (units holding nothing of the prompt last): no step per unit, for routers that key a group once."""
-        return _prefill(self).cache_matches(rid)
-
-    def cache_fill(self) -> list[float]:
-        """Per DP unit: the fraction of the HBM prefix-cache capacity in use (empty without block caches)."""
-        return _prefill(self).cache_fill()
-
-    def cache_blocks(self) -> list[int] | None:
-        """Per DP unit: HBM prefix-cache blocks in use (None without block caches)."""
-        bc = _prefill(self).bcaches
-        return None if bc is None else [len(c.hbm) for c in bc]
-
-    def cache_free_blocks(self) -> list[int] | None:
-        """Per DP unit: HBM prefix-cache blocks not in use (None without block caches)."""
-        bc = _prefill(self).bcaches
-        return None if bc is None else [c.hbm.capacity - len(c.hbm) for c in bc]
-
-    def prefix_hit(self, rid: int, dp: int) -> int:
-        """Prompt tokens of `rid` that the prefix cache of unit `dp` would serve now."""
-        return _prefill(self).prefix_hit(rid, dp)
+        values = {"idx": inst.idx, "dp": inst.dp, "chunk_tokens": inst.chunk_tokens, "batch_form_s": inst.batch_form_s,
+                  "dp_dispatch": inst.dp_dispatch, "blocks": record(inst.blocks), "cost": cost_query(inst.cost),
+                  "caches": None if inst.caches is None else tuple(
+                      make(PrefixKeys, entries=c.entries, keys=MappingProxyType(c.keys)) for c in inst.caches),
+                  **{n: seal(getattr(inst, n)) for n in ("queued_tokens", "inflight_tokens", "running_tokens",
+                                                         "reported")}}
+        return frozen(PrefillFacade, values,
+                      live(inst, "up", "busy", "depth", "pass_start", "pass_end", "last_fwd", "n_passes"),
+                      {**queries(inst, "load_tokens", "chain", "cache_hits", "cache_matches", "cache_fill",
+                                 "prefix_hit"), "cache_blocks": cache_blocks, "cache_free_blocks": cache_free_blocks})
 
 
-_prefill = _inst(PrefillFacade)
-
-
-@live("busy", "steps", "n_batch", "n_running", "step_start", "step_end")
-@sealed
 class DecodeFacade(Frozen):
-    """A decode instance (decode.DecodeInstance) as a policy sees it."""
+    """A decode instance (decode.DecodeInstance) as a policy sees it: `idx`, `dp`, `batch_limit`, `slots`, the
+    arrays per worker `kv_cap`, `batch`, `kv`, `active` (a SetView per worker), `cost`; live: `busy`, `steps`,
+    `n_batch`, `n_running`, `step_start`, `step_end`; queries: `free_slots()` (free batch slots per worker, a fresh
+    array) and `fits(load)` (the workers that would admit a request holding `load` KV tokens now: the admission
+    rule itself, DecodeInstance.fits, which view.admit applies)."""
 
-    __slots__ = ("_i", "idx", "dp", "batch_limit", "slots", "kv_cap", "batch", "kv", "active", "cost")
+    __slots__ = ()
 
     @staticmethod
     def of(inst) -> DecodeFacade:
-        return make(DecodeFacade, _i=inst, idx=inst.idx, dp=inst.dp, batch_limit=inst.batch_limit, slots=inst.slots,
-                    kv_cap=seal(inst.kv_cap), batch=seal(inst.batch), kv=seal(inst.kv),
-                    active=tuple(make(SetView, _s=s) for s in inst.active), cost=cost_query(inst.cost))
-
-    def free_slots(self) -> np.ndarray:
-        """Free batch slots per worker (a fresh array)."""
-        return _decode(self).free_slots()
-
-    def fits(self, load: int) -> np.ndarray:
-        """Workers that would admit a request holding `load` KV tokens now (a free slot and room for its KV):
-        the admission rule itself (DecodeInstance.fits), which view.admit applies."""
-        return _decode(self).fits(load)
+        values = {"idx": inst.idx, "dp": inst.dp, "batch_limit": inst.batch_limit, "slots": inst.slots,
+                  "kv_cap": seal(inst.kv_cap), "batch": seal(inst.batch), "kv": seal(inst.kv),
+                  "active": tuple(make(SetView, _s=s) for s in inst.active), "cost": cost_query(inst.cost)}
+        return frozen(DecodeFacade, values,
+                      live(inst, "busy", "steps", "n_batch", "n_running", "step_start", "step_end"),
+                      queries(inst, "free_slots", "fits"))
 
 
-_decode = _inst(DecodeFacade)
-
-
-@live("n_decoding", "kv_used", "decode_kv", "n_running", "steps")
-@sealed
 class UnitFacade(Frozen):
-    """A colocated DP unit (colocated.ColocatedUnit) as a policy sees it."""
+    """A colocated DP unit (colocated.ColocatedUnit) as a policy sees it: `slots`, `kv_cap`, `chunk_tokens`, the
+    queues `waiting`, `prefilling` (SeqViews) and `decoding` (a SetView); live: `n_decoding`, `kv_used`,
+    `decode_kv`, `n_running`, `steps`; `free_slots()` (slots not held by a running request)."""
 
-    __slots__ = ("_i", "slots", "kv_cap", "chunk_tokens", "waiting", "prefilling", "decoding")
+    __slots__ = ()
 
     @staticmethod
     def of(unit) -> UnitFacade:
-        return make(UnitFacade, _i=unit, slots=unit.slots, kv_cap=unit.kv_cap, chunk_tokens=unit.chunk_tokens,
-                    waiting=make(SeqView, _s=unit.waiting), prefilling=make(SeqView, _s=unit.prefilling),
-                    decoding=make(SetView, _s=unit.decoding))
-
-    def free_slots(self) -> int:
-        """Slots not held by a running request."""
-        return _unit(self).free_slots()
+        values = {"slots": unit.slots, "kv_cap": unit.kv_cap, "chunk_tokens": unit.chunk_tokens,
+                  "waiting": make(SeqView, _s=unit.waiting), "prefilling": make(SeqView, _s=unit.prefilling),
+                  "decoding": make(SetView, _s=unit.decoding)}
+        return frozen(UnitFacade, values, live(unit, "n_decoding", "kv_used", "decode_kv", "n_running", "steps"),
+                      queries(unit, "free_slots"))
 
 
-_unit = _inst(UnitFacade)
-
-
-@live("busy", "iter_start", "iter_end", "n_iters")
-@sealed
 class ColocatedFacade(Frozen):
-    """A colocated instance (colocated.ColocatedInstance) as a policy sees it."""
+    """A colocated instance (colocated.ColocatedInstance) as a policy sees it: `idx`, `dp`, `units` (UnitFacades),
+    `cost`; live: `busy`, `iter_start`, `iter_end`, `n_iters`."""
 
-    __slots__ = ("_i", "idx", "dp", "units", "cost")
+    __slots__ = ()
 
     @staticmethod
     def of(inst) -> ColocatedFacade:
-        return make(ColocatedFacade, _i=inst, idx=inst.idx, dp=inst.dp,
-                    units=tuple(UnitFacade.of(u) for u in inst.units), cost=cost_query(inst.cost))
-
-
-_coloc = _inst(ColocatedFacade)
+        values = {"idx": inst.idx, "dp": inst.dp, "units": tuple(UnitFacade.of(u) for u in inst.units),
+                  "cost": cost_query(inst.cost)}
+        return frozen(ColocatedFacade, values, live(inst, "busy", "iter_start", "iter_end", "n_iters"))

@@ -12,6 +12,7 @@ arrays' memory, no copy), so it is off by default.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,7 @@ class TamperCheck:
         self.calls.pop()
 
     def _checked(self, action: Callable) -> Callable:
+        @functools.wraps(action)
         def checked(*args, **kwargs):
             self._verify(f"before {action.__name__}()")
             try:

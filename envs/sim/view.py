@@ -6,9 +6,10 @@ engine: request arrays are sealed read-only arrays (facades.seal: the flag canno
 `.base` leads nowhere), the buffer and pool read-only mappings, the instances read-only facades
 (facades.py), `cfg` a copy the engine never reads, `completed` a read-only sequence whose slices
 are sealed, and the true output length (`req.output`) raises `OracleError` unless `cfg.oracle`.
-A view's slots are sealed (facades.sealed): the engine sits in a slot that has no name, so no
-attribute of the view leads to it, and its actions and queries are the view's own methods, not
-the engine's bound methods. Every write to
+A view, like a facade, is the one instance of a class made for it (facades.frozen): it holds no
+state, its actions and queries are plain functions (no `__self__`, no `_engine`), so no attribute
+of the view leads to the engine and neither setattr nor object.__setattr__ changes it. Each policy
+has its own view (its own `cfg` copy); the facades and request view inside are immutable and shared. Every write to
 the view or what it hands out raises; the run changes only through the action methods, which the
 engine checks (policy_errors.py). What Python still allows is listed in docs/architecture.md,
 "What a policy cannot do"; tests/test_view_contract.py walks every public name and tries the tampers.
@@ -28,7 +29,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .classes import ClassTable
-from .facades import ColocatedFacade, DecodeFacade, Frozen, PrefillFacade, hidden, live, make, seal, sealed
+from .facades import (
+    ColocatedFacade,
+    DecodeFacade,
+    Frozen,
+    PrefillFacade,
+    frozen,
+    hidden,
+    live,
+    make,
+    queries,
+    seal,
+    sealed,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import SimConfig
@@ -43,6 +56,9 @@ VISIBLE = ("prompt", "prefix_key", "prefix_len", "arrival", "dispatch", "prefill
 
 # Engine values a view hands out as they are (immutable, or the policies' own random stream).
 VALUES = ("disaggregated", "rng", "block_tokens", "seed")
+# The engine's queries and actions a view hands out as plain functions (facades.query).
+QUERIES = ("healthy_prefill", "prefix_hit", "fill_prefill")
+ACTIONS = ("dispatch", "reject", "set_timer", "admit", "pause")
 # Prefix-block hashes (flat arrays; None when the workload has none): block_ids[block_off[i]:block_off[i + 1]].
 BLOCKS = ("block_ids", "block_off")
 # Optional arrays: None when the run has none. predicted: the output length predicted at arrival (prediction.py).
@@ -53,32 +69,29 @@ class OracleError(RuntimeError):
     """A policy read the true output lengths of a run without `oracle: true`."""
 
 
-@sealed
 class RequestView(Frozen):
-    """The request table as a policy sees it: sealed arrays that follow the run."""
+    """The request table as a policy sees it: sealed arrays that follow the run (`RequestView.of`)."""
 
-    __slots__ = ("n", "_output", *VISIBLE, *OPTIONAL)
+    __slots__ = ()
 
     @staticmethod
     def of(table: RequestTable, oracle: bool) -> RequestView:
-        opt = {name: None if getattr(table, name) is None else seal(getattr(table, name)) for name in OPTIONAL}
-        return make(RequestView, n=table.n, _output=seal(table.output) if oracle else None,
-                    **{name: seal(getattr(table, name)) for name in VISIBLE}, **opt)
+        values = {"n": table.n, **{name: seal(getattr(table, name)) for name in VISIBLE}}
+        for name in OPTIONAL:
+            a = getattr(table, name)
+            values[name] = None if a is None else seal(a)
+        if oracle:
+            values["output"] = seal(table.output)
+        return frozen(RequestView, values)
 
     @property
     def output(self) -> np.ndarray:
-        out = _output(self)
-        if out is None:
-            raise OracleError("req.output: true output lengths are hidden from policies; set oracle: true to "
-                              "expose them (finished requests' lengths are req.done[sim.completed])")
-        return out
+        raise OracleError("req.output: true output lengths are hidden from policies; set oracle: true to "
+                          "expose them (finished requests' lengths are req.done[sim.completed])")
 
     def load(self, rid: int) -> int:
         """KV tokens request `rid` holds while decoding: prompt plus tokens produced so far."""
         return int(self.prompt[rid] + self.done[rid])
-
-
-_output = hidden(RequestView, "_output")
 
 
 @sealed
@@ -153,81 +166,37 @@ class SimView(Protocol):
     def pause(self) -> None: ...
 
 
-@live("now", "tokens_out")
-@sealed
 class RunView(Frozen):
-    """The `SimView` of a running engine (`RunView.of(engine)`: one per policy and one for the observers, built once
-    per run; every attribute follows the run)."""
+    """The `SimView` of a running engine: `RunView.of(engine, parts)`, one per policy and one for the observers, built
+    once per run; every attribute follows the run. `parts(engine)`: what views share (immutable, built once)."""
 
-    __slots__ = ("_i", "_proxies", "cfg", "req", "completed", "prefill", "decode", "colocated", "prefill_healthy",
-                 "classes", *VALUES)
+    __slots__ = ()
 
     @staticmethod
-    def of(engine: Any) -> RunView:
+    def parts(engine: Any) -> dict[str, Any]:
         c = engine.classes
-        return make(RunView, _i=engine, _proxies={},
-                    cfg=copy.deepcopy(engine.cfg),  # a copy: a policy that writes to it changes nothing the engine reads
-                    req=RequestView.of(engine.req, engine.cfg.oracle),
-                    completed=Completed.of(engine.completed),
-                    prefill=tuple(PrefillFacade.of(i) for i in engine.prefill),
-                    decode=tuple(DecodeFacade.of(i) for i in engine.decode),
-                    colocated=tuple(ColocatedFacade.of(i) for i in engine.colocated),
-                    prefill_healthy=seal(engine.prefill_healthy),
-                    classes=ClassTable(c.names, seal(c.ttft_s), seal(c.tpot_s), seal(c.weight)),  # its own table
-                    **{name: getattr(engine, name) for name in VALUES})
+        return {"req": RequestView.of(engine.req, engine.cfg.oracle), "completed": Completed.of(engine.completed),
+                "prefill": tuple(PrefillFacade.of(i) for i in engine.prefill),
+                "decode": tuple(DecodeFacade.of(i) for i in engine.decode),
+                "colocated": tuple(ColocatedFacade.of(i) for i in engine.colocated),
+                "prefill_healthy": seal(engine.prefill_healthy),
+                "classes": ClassTable(c.names, seal(c.ttft_s), seal(c.tpot_s), seal(c.weight)),
+                **{name: getattr(engine, name) for name in VALUES}}
 
-    @property
-    def buffer(self) -> Mapping[int, None]:
-        return self._proxy("buffer")
+    @staticmethod
+    def of(engine: Any, parts: dict[str, Any]) -> RunView:
+        proxies: dict[str, tuple] = {}
 
-    @property
-    def pool(self) -> Mapping[int, None]:
-        return self._proxy("pool")
+        def proxy(name: str) -> property:
+            """One read-only proxy per engine dict (policies may key caches on the pool object's identity)."""
+            def get(_self) -> Mapping[int, None]:
+                src = getattr(engine, name)
+                cached = proxies.get(name)
+                if cached is None or cached[0] is not src:
+                    cached = proxies[name] = (src, MappingProxyType(src))
+                return cached[1]
+            return property(get)
 
-    def _proxy(self, name: str) -> Mapping[int, None]:
-        """One read-only proxy per engine dict (policies may key caches on the pool object's identity)."""
-        src = getattr(_engine(self), name)
-        proxies = _proxies(self)
-        cached = proxies.get(name)
-        if cached is None or cached[0] is not src:
-            cached = proxies[name] = (src, MappingProxyType(src))
-        return cached[1]
-
-    # queries
-    def healthy_prefill(self) -> tuple[int, ...]:
-        """Instances that accept prompts (prefill, or colocated) and that health checks call healthy."""
-        return _engine(self).healthy_prefill()
-
-    def prefix_hit(self, rid: int, inst: int, dp: int) -> int:
-        """Prompt tokens of `rid` that the prefix cache of (inst, dp) would serve now."""
-        return _engine(self).prefix_hit(rid, inst, dp)
-
-    def fill_prefill(self, inst: int, unit: int, budget: int, admit_new: bool = True,
-                     per_request: int | None = None) -> list[tuple[int, int]]:
-        """Prompt pieces for a colocated unit (a proposal: it changes nothing); see Simulator.fill_prefill."""
-        return _engine(self).fill_prefill(inst, unit, budget, admit_new, per_request)
-
-    # actions (the engine checks each: policy_errors.ActionError names the rule a refused one breaks)
-    def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
-        """Send buffered request `rid` to instance `inst` (DP unit `dp`, or the engine's choice)."""
-        _engine(self).dispatch(rid, inst, dp)
-
-    def reject(self, rid: int, reason: str) -> None:
-        """Reject a request the policy holds (buffer or pool), recording why."""
-        _engine(self).reject(rid, reason)
-
-    def set_timer(self, t: float, owner: str, tag: object = None) -> None:
-        """Call `on_timer(view, tag)` of the `owner` policy ('prefill', 'decode', 'batching') at time t."""
-        _engine(self).set_timer(t, owner, tag)
-
-    def admit(self, rid: int, inst: int, worker: int) -> bool:
-        """Admit pool request `rid` to `worker` of decode instance `inst` at a step boundary (False: it does not fit,
-        nothing changed)."""
-        return _engine(self).admit(rid, inst, worker)
-
-    def pause(self) -> None:
-        """Stop the run after the current callback (the Gymnasium envs use this)."""
-        _engine(self).pause()
-
-
-_engine, _proxies = hidden(RunView, "_i"), hidden(RunView, "_proxies")
+        values = {"cfg": copy.deepcopy(engine.cfg), **parts}  # its own copy: a write changes nothing the engine reads
+        props = {**live(engine, "now", "tokens_out"), "buffer": proxy("buffer"), "pool": proxy("pool")}
+        return frozen(RunView, values, props, queries(engine, *QUERIES, *ACTIONS))
