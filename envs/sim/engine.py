@@ -53,7 +53,7 @@ def _spread(fn):
 
 def _index_in(i, n: int) -> bool:
     """`i` is an integer (a Python or NumPy one, not a bool) in 0..n-1: an index an action may name."""
-    return isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < n
+    return (type(i) is int or isinstance(i, numbers.Integral) and not isinstance(i, bool)) and 0 <= i < n
 
 
 class Simulator:
@@ -281,9 +281,16 @@ class Simulator:
         self.paused = True
 
     def call(self, point: str, method: str, *args):
+        """Call the policy of decision point `point`: `method(view, *args)` (`ask` without a replay)."""
+        return self.ask(point, None, method, *args)
+
+    def ask(self, point: str, replay, method: str, *args):
         """The one place that calls a policy: `method(view, *args)` of the policy of decision point `point`, handed
         that policy's own view. Anything it raises but a ConfigError becomes one PolicyError line naming the policy
-        and the call (policy_errors.py); the original stays chained (`__cause__`)."""
+        and the call (policy_errors.py); the original stays chained (`__cause__`). With a `replay` (decode.py's step
+        start, colocated.py's iteration start), a policy that paused the run (an agent takes this decision in its
+        env, between two `run()` calls) did not decide: `replay()` re-queues the asking event for the resumed run
+        and PAUSED is returned, so the call site only returns (the one place where a decision is deferred)."""
         pol = self.policies[point]
         tamper = self.tamper
         if tamper is not None:
@@ -296,15 +303,7 @@ class Simulator:
             raise named(point, pol, method, exc) from exc
         if tamper is not None:
             tamper.leave()
-        return out
-
-    def ask(self, point: str, replay, method: str, *args):
-        """Ask the policy of decision point `point`: `method(view, *args)`. A policy that paused the run (an agent
-        takes this decision in its env, between two `run()` calls) did not decide: `replay()` re-queues the asking
-        event for the resumed run and PAUSED is returned, so the call site only returns. The one place where a
-        decision is deferred and replayed (decode.py's step start, colocated.py's iteration start)."""
-        out = self.call(point, method, *args)
-        if self.paused:
+        if replay is not None and self.paused:
             replay()
             return PAUSED
         return out
