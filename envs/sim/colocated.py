@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLOCATED_END, COLOCATED_START = int(EventKind.COLOCATED_END), int(EventKind.COLOCATED_START)
 COLOCATED_PASS = int(PassKind.COLOCATED)
+WAITING, PREFILL = int(R.WAITING), int(R.PREFILL)
+NO_BATCH = Batch()  # a unit the policy left idle (None): never changed
 
 
 def _integer(x) -> bool:
@@ -229,19 +231,18 @@ class ColocatedInstance:
         if order is not None and order.preempts:
             for u in self.units:
                 u.yield_to_rank(sim, order.key)
-        batches = []
+        batches = []  # per unit: (the Batch, its checked pieces)
         empty = True
         for ui in range(self.dp):
             b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)
             if b is PAUSED:  # an agent picks the batch: this start is replayed when the run resumes
                 return
             if b is None:
-                b = Batch()
-            else:
-                self.check_batch(ui, b)
-                if empty and not b.empty():
-                    empty = False
-            batches.append(b)
+                batches.append((NO_BATCH, ()))
+                continue
+            batches.append((b, self.check_batch(ui, b)))
+            if empty and not b.empty():
+                empty = False
         if empty:
             return
         dp = self.dp
@@ -253,11 +254,10 @@ class ColocatedInstance:
         plan = []
         req = sim.req
         work = req.work
-        state = req.state
         budget = 0
         n_tok = n_req = 0  # the iteration's prompt tokens and decoding requests, over units
         relieved = False
-        for ui, (u, b) in enumerate(zip(self.units, batches)):
+        for ui, (u, (b, checked)) in enumerate(zip(self.units, batches)):
             budget += u.chunk_tokens
             if b.decode and u.n_decoding and u.kv_used + u.n_decoding > u.kv_cap:
                 u.relieve(sim)
@@ -266,14 +266,12 @@ class ColocatedInstance:
             tok = 0
             at = 0.0
             end = 0
-            for rid, take in b.prefill:
-                if state[rid] == R.WAITING:
+            for rid, take, rem, waiting in checked:
+                if waiting:
                     try:
                         u.admit(sim, rid, b.decode)
                     except ActionError as exc:
                         raise self.refused(ui, str(exc)) from None
-                rem = int(work[rid])
-                take = min(int(take), rem)
                 if take <= 0:
                     continue
                 prior = req.load(rid) - rem
@@ -317,20 +315,24 @@ class ColocatedInstance:
         sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, kv_max, kv_min, tot / budget, ptok, dreq, dkv)
         sim.push(now + dur, COLOCATED_END, self)
 
-    def check_batch(self, ui: int, b) -> None:
+    def check_batch(self, ui: int, b) -> list[tuple[int, int, int, bool]]:
         """The engine's rules for the batch a policy picked for unit `ui`, checked before anything changes: a
         `Batch` of (request id, tokens) pieces, no request twice, each request waiting or prefilling on this unit,
         tokens an integer >= 0, and the pieces' tokens (each capped at its request's remaining prompt) within the
         unit's budget `chunk_tokens`. Whether a waiting request fits the unit's slots and KV is checked when it is
-        admitted (ColocatedUnit.admit: a decode step may first free KV)."""
+        admitted (ColocatedUnit.admit: a decode step may first free KV). Returns the pieces as the iteration runs
+        them, (request id, tokens capped at its remaining prompt, its remaining prompt, whether it is waiting): the
+        iteration reads the request table once."""
         if not isinstance(b, Batch):
             raise self.refused(ui, f"got {type(b).__name__}; must be a Batch or None")
         if not b.prefill:  # decodes only: nothing to check
-            return
+            return []
         req = self.sim.req
         state, work, p_inst, p_dp, n = req.state, req.work, req.prefill_inst, req.prefill_dp, req.n
         seen: set[int] = set()
         total = 0
+        idx = self.idx
+        out = []
         for piece in b.prefill:
             if type(piece) is not tuple or len(piece) != 2:
                 raise self.refused(ui, f"piece {piece!r} is not a (request id, tokens) pair")
@@ -342,14 +344,18 @@ class ColocatedInstance:
             seen.add(rid)
             if not (type(take) is int or _integer(take)) or take < 0:
                 raise self.refused(ui, f"piece ({rid}, {take!r}): tokens must be an integer >= 0")
-            st = state[rid]
-            if (st != R.WAITING and st != R.PREFILL) or p_inst[rid] != self.idx or p_dp[rid] != ui:
+            st = state.item(rid)  # .item: a Python int, cheaper to read and compare than a NumPy scalar
+            if (st != WAITING and st != PREFILL) or p_inst.item(rid) != idx or p_dp.item(rid) != ui:
                 raise self.refused(ui, f"request {rid} is not waiting or prefilling on this unit (a unit takes only "
                                    "requests it holds)")
-            total += min(int(take), int(work[rid]))
+            rem = work.item(rid)
+            take = int(take) if take < rem else rem
+            total += take
+            out.append((rid, take, rem, st == WAITING))
         if total > self.units[ui].chunk_tokens:
             raise self.refused(ui, f"{total:,} prompt tokens exceed the unit's budget chunk_tokens="
                                f"{self.units[ui].chunk_tokens:,}")
+        return out
 
     def refused(self, ui: int, rule: str) -> ActionError:
         """The batching policy's Batch for unit `ui` broke `rule`: the one line that says so."""
