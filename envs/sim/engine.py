@@ -418,7 +418,7 @@ class Simulator:
         """Put a request (new, bounced or preempted) in the scheduler buffer and tell the scheduler."""
         self.req.enter_buffer(rid, self.now)
         self.buffer[rid] = None
-        self.call("prefill", "on_arrival", rid)
+        self.ask("prefill", None, "on_arrival", rid)  # ask itself: one frame less on every arrival
 
     def bounce(self, rid: int) -> None:
         """A request lost by a dead prefill instance goes back to the scheduler, to be recomputed."""
