@@ -1,7 +1,8 @@
 """The stderr contract of every pdgym command: bad input is one line naming the key and what is allowed, exit
 status 2, no traceback; a Ctrl-C is one line, exit status 130; a warning is printed once per process.
 
-`fail` prints the line; `one_line_errors` wraps an app's body (ConfigError, a missing file, a Ctrl-C);
+`fail` prints the line; `one_line_errors` wraps an app's body (ConfigError, a missing file, a Ctrl-C; a policy's
+error, envs/sim/policy_errors.py, is a ConfigError whose traceback HYDRA_FULL_ERROR=1 prints);
 `OneLineParser` is argparse for the commands that are not Hydra apps; `interrupted` recognises a Ctrl-C behind
 the error a library's cleanup raised while it unwound.
 """
@@ -9,12 +10,15 @@ the error a library's cleanup raised while it unwound.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 from functools import wraps
 
 from pdgym.envs.sim.config import ConfigError
+from pdgym.envs.sim.policy_errors import PolicyError
 
 
 def fail(app: str, msg: str, code: int = 2):
@@ -83,6 +87,9 @@ def one_line_errors(app: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except ConfigError as exc:
+                cause = exc.__cause__
+                if isinstance(exc, PolicyError) and cause is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    traceback.print_exception(cause)  # what the policy raised, where (asked for by the user)
                 fail_error(app, exc, str(exc))
             except FileNotFoundError as exc:
                 fail_error(app, exc, f"file not found: {exc.filename or exc}")

@@ -142,10 +142,19 @@ class PolicyCore(Protocol):
     invalid action becomes (INVALID_ACTION_RULE), `apply(sim, action)` carries out a valid action and says
     whether another decision follows at the same instant (the core has then set it up), `describe(sim, action)`
     the action in words. `spaces()`, `action_meanings()` and `obs_layout` describe it (envs/features.py's
-    LayoutCore). Each formulation's core is named in envs/specs.py's SPECS."""
+    LayoutCore). `bind(sim)` fixes its sizes from the cluster's shape (the env calls it once, with the view of a
+    probe run, before `spaces()`; as a policy it binds again in its `reset(sim)`: an AgentPolicy has no env); `n_actions`
+    is then its number of discrete actions. `name`, `invalid_actions`
+    and `predict` are what evaluation reads of an AgentPolicy (DecidingCore has them). Each formulation's core is
+    named in envs/specs.py's SPECS; tests/test_specs.py writes one from scratch against this protocol alone."""
 
     decider: Decider
+    name: str
+    n_actions: int
+    invalid_actions: int
+    predict: Callable | None
 
+    def bind(self, sim) -> None: ...
     def spaces(self) -> tuple[spaces.Space, spaces.Space]: ...
     def action_meanings(self) -> list[str]: ...
     def observe(self, sim, mask: np.ndarray | None) -> np.ndarray: ...
@@ -372,7 +381,8 @@ class PdgymEnv(gym.Env):
         """Raise a ConfigError if the scenario's cluster has no room for this decision point."""
 
     def _size_core(self, probe: Simulator) -> None:
-        """Fix the core's sizes (spaces) from the cluster's shape."""
+        """Fix the core's sizes (spaces) from the cluster's shape: the core's own `bind`, on the probe's view."""
+        self.core.bind(probe.view)
 
     def _policies(self) -> dict:
         """The simulator's policies for one episode (the core at this env's point, baselines elsewhere)."""

@@ -78,6 +78,9 @@ class DecodeCore(DecidingCore):
         if self.next_decision(sim, inst):
             self.decider.decide(self, sim)
 
+    def bind(self, sim) -> None:
+        self.bind_size(max(d.dp for d in sim.decode))
+
     def apply(self, sim, action) -> bool:
         inst = self.inst
         self.act(sim, action)

@@ -416,7 +416,7 @@ class DecodeRoutingEnv(PdgymEnv):
         return super()._make_core(options)
 
     def _size_core(self, probe):
-        self.core.bind_size(max(d.dp for d in probe.decode))
+        super()._size_core(probe)
         d0 = probe.decode[0]
         S = d0.batch_limit * self.core.token_scale
         full = np.full(d0.dp, float(d0.batch_limit))

@@ -161,6 +161,9 @@ class BatchingCore(LayoutCore, DecidingCore, BatchingPolicy):
             return np.array([np.clip(x, -1, 1), -1.0][: 2 if self.choose_mode else 1], dtype=np.float32)
         return int(np.argmin([abs(t - DEFAULT_THETA) for t in self.grid]))
 
+    def bind(self, sim) -> None:
+        self.check_instance(sim)
+
     def check_instance(self, sim) -> None:
         C = sim.colocated[self.instance] if self.instance < len(sim.colocated) else None
         if C is None:
@@ -435,9 +438,6 @@ class PhaseBatchingEnv(PdgymEnv):
 
     def _make_core(self, options):
         return self.build_core({**options, "batching": self._fallback})
-
-    def _size_core(self, probe):
-        self.core.check_instance(probe)
 
     def _policies(self):
         return {"prefill": make_policy("prefill", self.prefill_spec), "batching": self.core}

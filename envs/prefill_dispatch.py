@@ -179,6 +179,9 @@ class DispatchCore(LayoutCore, DecidingCore, PrefillScheduler):
         self.pbaa = PBAA(n_limit, overload, cache_aware=cache_aware)
 
     # -------------------------------------------------------------- sizes
+    def bind(self, sim) -> None:
+        self.set_dims(len(sim.prefill), sim.prefill[0].dp)
+
     def set_dims(self, n: int, dp: int) -> None:
         self.n, self.D = n, dp
         self.layout = Layout(GLOBAL, ROW, self, {"K": self.K, "N": n, "D": dp}, n)
@@ -519,9 +522,6 @@ class PrefillDispatchEnv(PdgymEnv):
         if not probe.disaggregated and not self._admit:
             raise ConfigError(f"env.scenario: {self.scenario} is colocated; PrefillDispatch needs "
                               "cluster.topology=disaggregated")
-
-    def _size_core(self, probe):
-        self.core.fit(probe) if self._admit else self.core.set_dims(len(probe.prefill), probe.prefill[0].dp)
 
     def _policies(self):
         return {"prefill": self.core, **{k: make_policy(k, v) for k, v in self.policy_specs.items() if v is not None}}

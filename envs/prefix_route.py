@@ -107,6 +107,9 @@ class RouteCore(LayoutCore, DecidingCore, PrefillScheduler):
         self.conductor = UnitDispatch()  # Conductor's recent pass time and backlog, fed the same events
 
     # -------------------------------------------------------------- sizes
+    def bind(self, sim) -> None:
+        self.set_dims(len(sim.prefill), sim.prefill[0].dp)
+
     def set_dims(self, n: int, dp: int) -> None:
         self.n, self.D = n, dp
         self.layout = Layout(GLOBAL, ROW, self, {"N": n, "D": dp}, n * dp)

@@ -111,6 +111,9 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
         self.C, self.has_pred = 0, False
         self.cand: int | None = None
 
+    def bind(self, sim) -> None:
+        self.fit(sim)
+
     def fit(self, sim) -> None:
         """Size the observation for a run's classes and predictor (the probe's at env init, each run's at reset)."""
         tbl = sim.classes

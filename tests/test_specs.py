@@ -7,13 +7,17 @@ import warnings
 from types import MappingProxyType
 
 import gymnasium as gym
+import numpy as np
 import pdgym.envs  # noqa: F401  (registers the envs)
 import pytest
+from gymnasium import spaces
 from pdgym.envs import prefill_dispatch, specs
-from pdgym.envs.base import PAUSE, AgentDecider
+from pdgym.envs.base import PAUSE, AgentDecider, Decider, DecidingCore
+from pdgym.envs.features import LayoutCore
 from pdgym.envs.sim import ConfigError
 from pdgym.envs.sim.notices import EnvWarning
 from pdgym.envs.sim.points import POINTS
+from pdgym.envs.sim.policy import PrefillScheduler
 from pdgym.envs.specs import SPECS, EnvSpec, core_class, formulation, option_values
 
 SMALL = {"prefill": {"overrides": ["workload.num_requests=40", "workload.rate=150"]},
@@ -161,3 +165,107 @@ def test_our_configs_name_each_formulation_by_its_id():
             assert env["id"] in SPECS, ov
             chosen = formulation(SPECS[env["id"]].point, {**SPECS[env["id"]].options, **env["kwargs"]})
             assert chosen.id == env["id"], f"{ov}: {env['id']} with {env['kwargs']} is {chosen.id}"
+
+
+class ScratchCore(PrefillScheduler):
+    """A formulation written against envs/base.py's PolicyCore alone (no shipped core subclassed; the point's
+    protocol PrefillScheduler is what makes it the simulator's policy): at each arrival, hold (0) or release the
+    whole buffer to instance i (i + 1); a hold re-asks after `tick_s`. Observation: the buffer's size and each
+    instance's queued tokens, scaled."""
+
+    name = "scratch"
+
+    def __init__(self, mode: str = "scratch", tick_s: float = 0.05):
+        self.mode, self.tick_s = mode, tick_s
+        self.decider: Decider = PAUSE
+        self.n_actions = 0
+
+    # PolicyCore
+    @property
+    def invalid_actions(self) -> int:
+        return self.decider.invalid_actions
+
+    @property
+    def predict(self):
+        return getattr(self.decider, "predict", None)
+
+    def bind(self, sim) -> None:
+        self.n = len(sim.prefill)
+        self.n_actions = 1 + self.n
+
+    def spaces(self):
+        return (spaces.Box(0.0, np.inf, (1 + self.n,), np.float32), spaces.Discrete(self.n_actions))
+
+    def action_meanings(self) -> list[str]:
+        return ["hold", *(f"release to prefill {i}" for i in range(self.n))]
+
+    def observe(self, sim, mask=None) -> np.ndarray:
+        queued = [float(p.queued_tokens.sum()) / 1e4 for p in sim.prefill]
+        return np.array([len(sim.buffer) / 100.0, *queued], dtype=np.float32)
+
+    def mask(self, sim) -> np.ndarray:
+        m = np.zeros(self.n_actions, dtype=bool)
+        m[0] = True
+        m[1:][list(sim.healthy_prefill())] = bool(sim.buffer)
+        return m
+
+    def apply(self, sim, action) -> bool:
+        if action == 0:
+            sim.set_timer(sim.now + self.tick_s, "prefill")
+        else:
+            for rid in list(sim.buffer):
+                sim.dispatch(rid, int(action) - 1)
+        return False
+
+    def default_action(self, sim, mask=None) -> int:
+        return 0
+
+    def describe(self, sim, action) -> str:
+        return self.action_meanings()[int(action)]
+
+    # PrefillScheduler: bound to each run (an AgentPolicy has no env to bind it); a decision at each arrival and
+    # each expired hold
+    def reset(self, sim):
+        self.bind(sim)
+
+    def on_arrival(self, sim, rid):
+        self.decider.decide(self, sim)
+
+    def on_timer(self, sim, tag):
+        if sim.buffer:
+            self.decider.decide(self, sim)
+
+
+def test_a_formulation_written_from_scratch_runs_through_gym_sb3_and_an_agent_policy(monkeypatch):
+    """docs/architecture.md's "Adding a formulation", proved on a core that subclasses no shipped core: its SPECS
+    row, gym.make, Gymnasium's and SB3's env checkers, and the same class as an AgentPolicy through simulate()."""
+    from gymnasium.utils.env_checker import check_env
+    from pdgym.envs.scenario import load_scenario
+    from pdgym.envs.sim import simulate
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    assert not issubclass(ScratchCore, (prefill_dispatch.DispatchCore, DecidingCore, LayoutCore))
+    row = EnvSpec("pdgym/PrefillScratch-v0", "prefill", f"{__name__}:ScratchCore", {"mode": "scratch"})
+    monkeypatch.setattr(specs, "SPECS", MappingProxyType({**SPECS, row.id: row}))
+    gym.register(row.id, POINTS["prefill"].entry_point, max_episode_steps=POINTS["prefill"].max_episode_steps,
+                 kwargs={**row.options, "registered_as": row.id})
+    try:
+        env = gym.make(row.id, **SMALL["prefill"])
+        core = env.unwrapped.core
+        assert type(core) is ScratchCore and env.action_space.n == 1 + core.n
+        check_env(env.unwrapped, skip_render_check=True)
+        sb3_check_env(env.unwrapped, warn=False)
+        obs, _ = env.reset(seed=0)
+        steps = ret = 0
+        done = False
+        while not done:  # release to the first allowed instance: every request is served
+            mask = env.unwrapped.action_masks()
+            obs, r, term, trunc, _ = env.step(int(mask.nonzero()[0][-1]))
+            ret, steps, done = ret + r, steps + 1, term or trunc
+        assert term and env.unwrapped.summary()["finished"] == 40 and ret < 0  # waiting costs; nothing stalled
+    finally:
+        gym.registry.pop(row.id, None)
+    agent = prefill_dispatch.AgentPolicy(lambda obs, mask: int(mask.nonzero()[0][-1]), mode="scratch",
+                                         **SMALL["prefill"])
+    res = simulate(load_scenario("ds_v3_h800_3p1d", SMALL["prefill"]["overrides"]).sim, {"prefill": agent}, 0)
+    assert type(agent) is ScratchCore and agent.invalid_actions == 0 and res.summary()["finished"] == 40

@@ -3,13 +3,18 @@
 Every public attribute path from `sim.view` (bounded depth; zero-argument queries called; containers
 entered) is walked on running engines of each topology. The walk fails if it reaches an object the
 engine owns (the engine itself, an instance, the request table, a buffer / pool dict, a cache, the
-config, ...), a writable array that is not a fresh result, or an object whose public attributes accept
-a write. Names starting with an underscore are outside the contract (docs/architecture.md).
+config, ...), a writable array that is not a fresh result, an array whose flag can be reopened or whose
+`.base` chain holds a writable array, a method bound to an engine object, a private attribute that answers,
+or an object that accepts a write (setattr or object.__setattr__).
+Then a decode router from outside tries issue 44's tampers inside route(), on a run beside a clean one: each
+is refused, and the run's summary is the clean run's (what Python still allows: docs/architecture.md, "What a
+policy cannot do").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
 from collections import deque
 from types import MappingProxyType
@@ -17,7 +22,8 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 from pdgym.envs.scenario import load_scenario
-from pdgym.envs.sim import Simulator
+from pdgym.envs.sim import PolicyError, SimResult, Simulator, simulate
+from pdgym.envs.sim.policy import LeastLoadedAdmission, RoundRobinDispatch
 
 ACTIONS = {"dispatch", "reject", "set_timer", "admit", "pause"}  # the view's actions: not called by the walk
 LEAVES = (int, float, bool, str, bytes, type(None), np.generic, type, range)
@@ -87,11 +93,12 @@ def walk_view(sim: Simulator, owned: dict[int, object]):
         seen.add(id(obj))
         if depth >= DEPTH:
             continue
-        if isinstance(obj, (tuple, list, frozenset)) or type(obj).__name__ in ("SeqView", "SetView"):
-            todo.extend((f"{path}[{k}]", x, "item", depth + 1) for k, x in enumerate(list(obj)[:8]))
+        inner = "call" if how == "call" else None  # what a query returned is the caller's own, all the way down
+        if isinstance(obj, (tuple, list, frozenset)) or type(obj).__name__ in ("SeqView", "SetView", "Completed"):
+            todo.extend((f"{path}[{k}]", x, inner or "item", depth + 1) for k, x in enumerate(list(obj)[:8]))
             continue
         if isinstance(obj, (MappingProxyType, dict)):
-            todo.extend((f"{path}[{k!r}]", v, "item", depth + 1) for k, v in list(obj.items())[:8])
+            todo.extend((f"{path}[{k!r}]", v, inner or "item", depth + 1) for k, v in list(obj.items())[:8])
             continue
         for name in public(obj):
             try:
@@ -112,7 +119,7 @@ def walk_view(sim: Simulator, owned: dict[int, object]):
                     except Exception:  # noqa: BLE001  (a query that needs state the run has not reached)
                         continue
                 continue
-            todo.append((f"{path}.{name}", val, "attr", depth + 1))
+            todo.append((f"{path}.{name}", val, inner or "attr", depth + 1))
     return out
 
 
@@ -131,11 +138,11 @@ def test_no_public_path_from_the_view_reaches_the_engine_or_writes(name):
             bad.append(f"{path}: reaches the engine's {type(obj).__name__}")
         elif isinstance(obj, np.ndarray):
             fresh = how == "call" and (obj.base is None or id(obj.base) not in owned)
-            if obj.flags.writeable and not fresh:
-                bad.append(f"{path}: a writable array")
-        elif path.startswith("view.cfg"):  # the view's own copy of the config (not the engine's: checked above)
+            if not fresh:
+                bad += [f"{path}: {why}" for why in array_tampers(obj)]
+        elif path.startswith(OWN) or how == "call":  # the view's own copies, a query's fresh results
             continue
-        elif isinstance(obj, MUTABLE) and how != "call":
+        elif isinstance(obj, MUTABLE):
             bad.append(f"{path}: a mutable {type(obj).__name__}")
         elif not isinstance(obj, (tuple, frozenset, MappingProxyType, MUTABLE)):
             for attr in public(obj):
@@ -143,12 +150,50 @@ def test_no_public_path_from_the_view_reaches_the_engine_or_writes(name):
                     val = getattr(obj, attr)
                 except Exception:  # noqa: BLE001
                     continue
+                for write in (setattr, object.__setattr__):
+                    try:
+                        write(obj, attr, val)
+                    except (AttributeError, TypeError):
+                        continue
+                    bad.append(f"{path}.{attr}: accepts {write.__name__}")
+            for attr in PRIVATE:
+                if hasattr(obj, attr):
+                    bad.append(f"{path}.{attr}: a private attribute answers")
+            for attr in public(obj):
                 try:
-                    setattr(obj, attr, val)
-                except (AttributeError, TypeError):
+                    owner = getattr(getattr(obj, attr), "__self__", None)
+                except Exception:  # noqa: BLE001  (an oracle-only field)
                     continue
-                bad.append(f"{path}.{attr}: accepts a write")
+                if owner is not None and owner is not obj and id(owner) in owned:
+                    bad.append(f"{path}.{attr}: a method bound to the engine's {type(owner).__name__}")
     assert not bad, "\n".join(sorted(set(bad))[:30])
+
+
+OWN = ("view.cfg", "view.classes")  # copies this view alone holds (the engine's are checked not to be reached)
+PRIVATE = ("_engine", "_i", "_c", "_s", "_proxies", "_output", "_log", "_ids")  # issue 44's back doors
+
+
+def array_tampers(a: np.ndarray) -> list[str]:
+    """What a policy could do to write array `a` or what lies under it: each one that works."""
+    out = []
+    try:
+        a.flags.writeable = True
+        out.append("flags.writeable = True succeeds")
+    except ValueError:
+        pass
+    base, depth = a.base, 0
+    while base is not None and depth < 8:
+        if isinstance(base, np.ndarray) and base.flags.writeable:
+            out.append(f"a writable array at .base depth {depth + 1}")
+        try:
+            if np.asarray(base).flags.writeable:
+                out.append(f"np.asarray(.base) at depth {depth + 1} is writable")
+        except (TypeError, ValueError):
+            pass
+        if isinstance(base, memoryview) and (not base.readonly or isinstance(base.obj, np.ndarray)):
+            out.append(f"a memoryview at .base depth {depth + 1} leads to the array")
+        base, depth = getattr(base, "base", None), depth + 1
+    return out
 
 
 def test_the_view_names_no_engine_back_reference():
@@ -215,3 +260,134 @@ def test_admission_is_the_one_rule_routers_and_masks_ask():
                     continue
                 break
     assert admitted >= 5 and refused >= 5
+
+
+# --------------------------------------------------------------------------- issue 44's tampers, tried by a policy
+def _tampers(v) -> dict[str, object]:
+    """Each tamper a router from outside tried inside route() (issue 44), as a thunk: it must raise."""
+    rid = next(iter(v.pool))
+    arrays = {"req.prompt": v.req.prompt, "req.state": v.req.state, "req.work": v.req.work, "decode.kv": v.decode[0].kv,
+              "decode.batch": v.decode[0].batch, "decode.kv_cap": v.decode[0].kv_cap,
+              "prefill_healthy": v.prefill_healthy, "completed[:]": v.completed[:]}
+    out: dict[str, object] = {}
+    for name, a in arrays.items():
+        out[f"{name}.flags.writeable = True"] = lambda a=a: setattr(a.flags, "writeable", True)
+        out[f"{name}.setflags(write=True)"] = lambda a=a: a.setflags(write=True)
+        out[f"{name}[:] = 0"] = lambda a=a: a.__setitem__(slice(None), 0)
+        out[f"{name}.base written"] = lambda a=a: np.asarray(a.base).__setitem__(slice(None), 0)
+        out[f"{name}: an array down its .base chain written"] = lambda a=a: _write_down(a)
+        out[f"{name}: as_strided(writeable=True) written"] = lambda a=a: np.lib.stride_tricks.as_strided(
+            a, writeable=True).__setitem__(slice(None), 0)
+        out[f"{name}: np.frombuffer over it written"] = lambda a=a: np.frombuffer(a, a.dtype).__setitem__(0, 0)
+    out["decode[0].kv.base: a new interface, written"] = lambda: (
+        object.__setattr__(v.decode[0].kv.base, "_iface", v.decode[0].kv.base._iface),
+        np.asarray(v.decode[0].kv.base).__setitem__(0, 0))
+    for name in ("dispatch", "admit", "reject", "set_timer", "pause", "healthy_prefill", "fill_prefill"):
+        out[f"view.{name}.__self__ is the engine"] = lambda name=name: _engine_or_raise(getattr(v, name).__self__)
+    for obj_name, obj in (("view", v), ("view.decode[0]", v.decode[0]), ("view.req", v.req),
+                          ("view.decode[0].cost", v.decode[0].cost), ("view.completed", v.completed),
+                          ("view.decode[0].active[0]", v.decode[0].active[0])):
+        for attr in PRIVATE:
+            out[f"{obj_name}.{attr}"] = lambda obj=obj, attr=attr: getattr(obj, attr)
+    for obj_name, obj, attr in (("view.decode[0]", v.decode[0], "kv"), ("view.decode[0]", v.decode[0], "batch_limit"),
+                                ("view", v, "decode"), ("view", v, "req"), ("view.req", v.req, "prompt"),
+                                ("view.decode[0].cost", v.decode[0].cost, "dp")):
+        out[f"object.__setattr__({obj_name}, {attr!r})"] = lambda obj=obj, attr=attr: object.__setattr__(
+            obj, attr, np.zeros(64, dtype=np.int64))
+        out[f"{obj_name}.{attr} = ..."] = lambda obj=obj, attr=attr: setattr(obj, attr, np.zeros(64, dtype=np.int64))
+    out["view.pool[rid] deleted"] = lambda: v.pool.__delitem__(rid)
+    out["view.decode[0].active[0].add"] = lambda: v.decode[0].active[0].add(rid)
+    out["view.req.output without oracle"] = lambda: v.req.output
+    out["admit to a worker that does not exist"] = lambda: v.admit(rid, 0, 10**6)
+    out["admit a request not in the pool"] = lambda: v.admit(-1, 0, 0)
+    out["reject a request nobody holds"] = lambda: v.reject(-5, "policy")
+    return out
+
+
+def _write_down(a) -> None:
+    """Write 0 through the first array down `a`'s .base chain that takes it (raise when none does)."""
+    base = a.base
+    while base is not None:
+        try:
+            np.asarray(base).reshape(-1)[:1] = 0
+            return
+        except (TypeError, ValueError):
+            base = getattr(base, "base", None)
+    raise ValueError("no array down the chain takes a write")
+
+
+def _engine_or_raise(obj):
+    if type(obj).__name__ in ("Simulator", "DecodeInstance", "PrefillInstance"):
+        return obj  # reached: the tamper worked
+    raise AttributeError(f"{type(obj).__name__}: not the engine")
+
+
+class _TamperRouter(LeastLoadedAdmission):
+    """LeastLoadedAdmission, after trying every tamper once (on its first route with a pool)."""
+
+    name = "tamper"
+
+    def __init__(self):
+        self.worked: list[str] = []
+        self.tried = 0
+
+    def route(self, sim, inst):
+        if not self.tried:
+            for name, thunk in _tampers(sim).items():
+                self.tried += 1
+                try:
+                    thunk()
+                except Exception:  # noqa: BLE001  (refused: what every tamper must be)
+                    continue
+                self.worked.append(name)
+            sim.cfg.cluster.decode.batch_limit = 1  # the view's own copy of the config: changes nothing
+        super().route(sim, inst)
+
+
+class _Spy(RoundRobinDispatch):
+    """A prefill scheduler that keeps the view it is handed (to compare with the router's)."""
+
+    def reset(self, sim):
+        super().reset(sim)
+        self.view = sim
+
+
+def test_issue_44s_tampers_are_refused_and_change_nothing():
+    scen, overrides, _ = ENGINES["decode_tier"]
+    cfg = load_scenario(scen, overrides).sim
+    clean = simulate(cfg, {"decode": LeastLoadedAdmission()}, seed=0)
+    router, spy = _TamperRouter(), _Spy()
+    sim = Simulator(cfg, {"decode": router, "prefill": spy}, seed=0)
+    assert sim.run()
+    assert router.tried > 120 and not router.worked, "tampers that worked:\n" + "\n".join(router.worked)
+    got = SimResult(sim)  # every request's history and every pass: the clean run's
+    assert got.requests.equals(clean.requests) and got.steps.equals(clean.steps)
+    # each policy is handed a view of its own (its own config copy: the router's write above stayed in its own);
+    # what the views share (facades, the request view) refused every write above
+    views = {id(v) for v in sim.views.values()} | {id(sim.view)}
+    assert len(views) == len(sim.views) + 1 and spy.view is sim.views["prefill"]
+    assert sim.views["decode"].cfg.cluster.decode.batch_limit == 1 != spy.view.cfg.cluster.decode.batch_limit
+
+
+class _GcTamper(LeastLoadedAdmission):
+    """What a view cannot refuse: the engine found through gc, a request's prompt rewritten."""
+
+    name = "gc_tamper"
+
+    def route(self, sim, inst):
+        engine = next(o for o in gc.get_objects() if type(o).__name__ == "Simulator" and o.views["decode"] is sim)
+        engine.req.prompt[max(sim.pool)] += 1000  # a longer prompt: more KV, later finish
+        super().route(sim, inst)
+
+
+def test_the_tamper_check_stops_what_the_view_cannot_refuse_and_changes_nothing_else():
+    scen, overrides, _ = ENGINES["decode_tier"]
+    plain = load_scenario(scen, overrides).sim
+    checked = load_scenario(scen, [*overrides, "check_policies=true"]).sim
+    clean = simulate(plain, None, seed=0)
+    assert simulate(plain, {"decode": _GcTamper()}, seed=0).requests.prompt.sum() > clean.requests.prompt.sum()
+    with pytest.raises(PolicyError, match=r"^policy\.decode: _GcTamper\.route changed the engine's state outside its "
+                       r"actions \(req\.prompt changed before admit\(\); check_policies: true\)$"):
+        simulate(checked, {"decode": _GcTamper()}, seed=0)
+    same = simulate(checked, None, seed=0)  # the check watches, it does not act
+    assert same.requests.equals(clean.requests) and same.steps.equals(clean.steps)

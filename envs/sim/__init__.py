@@ -12,6 +12,7 @@ from .engine import Simulator
 from .events import EventKind, PassKind
 from .metrics import SUMMARY_KEYS, SimResult
 from .policy import Batch, BatchingPolicy, DecodeRouter, PrefillScheduler
+from .policy_errors import ActionError, PolicyError
 
 
 def simulate(config, policies: dict | None = None, seed: int = 0) -> SimResult:
@@ -28,12 +29,14 @@ def simulate(config, policies: dict | None = None, seed: int = 0) -> SimResult:
 
 __all__ = [
     "SUMMARY_KEYS",
+    "ActionError",
     "Batch",
     "BatchingPolicy",
     "ConfigError",
     "DecodeRouter",
     "EventKind",
     "PassKind",
+    "PolicyError",
     "PrefillScheduler",
     "SimConfig",
     "SimResult",

@@ -9,6 +9,7 @@ piece is scheduled; when its prompt is done it decodes on the same unit.
 from __future__ import annotations
 
 import math
+import numbers
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import numpy as np
 from . import requests as R
 from .events import PAUSED, EventKind, PassKind
 from .policy import Batch
+from .policy_errors import ActionError
 from .stepping import Stepper
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,6 +26,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLOCATED_END, COLOCATED_START = int(EventKind.COLOCATED_END), int(EventKind.COLOCATED_START)
 COLOCATED_PASS = int(PassKind.COLOCATED)
+WAITING, PREFILL = int(R.WAITING), int(R.PREFILL)
+NO_BATCH = Batch()  # a unit the policy left idle (None): never changed
+
+
+def _integer(x) -> bool:
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 class ColocatedUnit(Stepper):
@@ -84,8 +93,8 @@ class ColocatedUnit(Stepper):
         req = sim.req
         need = req.load(rid) + 1
         if self.free_slots() <= 0 or self.kv_used + need + (self.n_decoding if decode else 0) > self.kv_cap:
-            raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} does not fit "
-                               f"(slots {self.free_slots()}, KV {self.kv_cap - self.kv_used} free, need {need})")
+            raise ActionError(f"request {rid} does not fit its unit's memory (slots {self.free_slots()} free, "
+                              f"KV {self.kv_cap - self.kv_used} tokens free, it needs {need})")
         self.waiting.remove(rid)
         self.prefilling.append(rid)
         self.kv_used += need  # its context plus the token its prefill will produce
@@ -222,17 +231,18 @@ class ColocatedInstance:
         if order is not None and order.preempts:
             for u in self.units:
                 u.yield_to_rank(sim, order.key)
-        batches = []
+        batches = []  # per unit: (the Batch, its checked pieces)
         empty = True
         for ui in range(self.dp):
             b = sim.ask("batching", self.wake, "next_batch", self.idx, ui)
             if b is PAUSED:  # an agent picks the batch: this start is replayed when the run resumes
                 return
             if b is None:
-                b = Batch()
-            elif empty and not b.empty():
+                batches.append((NO_BATCH, ()))
+                continue
+            batches.append((b, self.check_batch(ui, b)))
+            if empty and not b.empty():
                 empty = False
-            batches.append(b)
         if empty:
             return
         dp = self.dp
@@ -244,11 +254,10 @@ class ColocatedInstance:
         plan = []
         req = sim.req
         work = req.work
-        state = req.state
         budget = 0
         n_tok = n_req = 0  # the iteration's prompt tokens and decoding requests, over units
         relieved = False
-        for ui, (u, b) in enumerate(zip(self.units, batches)):
+        for ui, (u, (b, checked)) in enumerate(zip(self.units, batches)):
             budget += u.chunk_tokens
             if b.decode and u.n_decoding and u.kv_used + u.n_decoding > u.kv_cap:
                 u.relieve(sim)
@@ -257,15 +266,12 @@ class ColocatedInstance:
             tok = 0
             at = 0.0
             end = 0
-            for rid, take in b.prefill:
-                st = state[rid]
-                if st == R.WAITING:
-                    u.admit(sim, rid, b.decode)
-                elif st != R.PREFILL:
-                    raise RuntimeError(f"batching policy {sim.policies['batching'].name}: request {rid} is not waiting "
-                                       f"or prefilling")
-                rem = int(work[rid])
-                take = min(int(take), rem)
+            for rid, take, rem, waiting in checked:
+                if waiting:
+                    try:
+                        u.admit(sim, rid, b.decode)
+                    except ActionError as exc:
+                        raise self.refused(ui, str(exc)) from None
                 if take <= 0:
                     continue
                 prior = req.load(rid) - rem
@@ -308,6 +314,53 @@ class ColocatedInstance:
             kv_max, kv_min = max(kvs), min(kvs)
         sim.record_pass(COLOCATED_PASS, self, dur, tot + nreq, nreq, kv_max, kv_min, tot / budget, ptok, dreq, dkv)
         sim.push(now + dur, COLOCATED_END, self)
+
+    def check_batch(self, ui: int, b) -> list[tuple[int, int, int, bool]]:
+        """The engine's rules for the batch a policy picked for unit `ui`, checked before anything changes: a
+        `Batch` of (request id, tokens) pieces, no request twice, each request waiting or prefilling on this unit,
+        tokens an integer >= 0, and the pieces' tokens (each capped at its request's remaining prompt) within the
+        unit's budget `chunk_tokens`. Whether a waiting request fits the unit's slots and KV is checked when it is
+        admitted (ColocatedUnit.admit: a decode step may first free KV). Returns the pieces as the iteration runs
+        them, (request id, tokens capped at its remaining prompt, its remaining prompt, whether it is waiting): the
+        iteration reads the request table once."""
+        if not isinstance(b, Batch):
+            raise self.refused(ui, f"got {type(b).__name__}; must be a Batch or None")
+        if not b.prefill:  # decodes only: nothing to check
+            return []
+        req = self.sim.req
+        state, work, p_inst, p_dp, n = req.state, req.work, req.prefill_inst, req.prefill_dp, req.n
+        seen: set[int] = set()
+        total = 0
+        idx = self.idx
+        out = []
+        for piece in b.prefill:
+            if type(piece) is not tuple or len(piece) != 2:
+                raise self.refused(ui, f"piece {piece!r} is not a (request id, tokens) pair")
+            rid, take = piece
+            if not ((type(rid) is int or _integer(rid)) and 0 <= rid < n):  # type() first: the ABC check is slow
+                raise self.refused(ui, f"piece {piece!r}: no request {rid!r}")
+            if rid in seen:
+                raise self.refused(ui, f"request {rid} appears twice (one piece per request and iteration)")
+            seen.add(rid)
+            if not (type(take) is int or _integer(take)) or take < 0:
+                raise self.refused(ui, f"piece ({rid}, {take!r}): tokens must be an integer >= 0")
+            st = state.item(rid)  # .item: a Python int, cheaper to read and compare than a NumPy scalar
+            if (st != WAITING and st != PREFILL) or p_inst.item(rid) != idx or p_dp.item(rid) != ui:
+                raise self.refused(ui, f"request {rid} is not waiting or prefilling on this unit (a unit takes only "
+                                   "requests it holds)")
+            rem = work.item(rid)
+            take = int(take) if take < rem else rem
+            total += take
+            out.append((rid, take, rem, st == WAITING))
+        if total > self.units[ui].chunk_tokens:
+            raise self.refused(ui, f"{total:,} prompt tokens exceed the unit's budget chunk_tokens="
+                               f"{self.units[ui].chunk_tokens:,}")
+        return out
+
+    def refused(self, ui: int, rule: str) -> ActionError:
+        """The batching policy's Batch for unit `ui` broke `rule`: the one line that says so."""
+        return ActionError(f"policy.batching: {type(self.sim.policies['batching']).__name__}.next_batch(inst="
+                           f"{self.idx}, unit={ui}) returned a Batch the engine refuses: {rule}", named=True)
 
     def end_iteration(self) -> None:
         """COLOCATED_END: each unit settles its part; the next iteration is asked for if work is left."""

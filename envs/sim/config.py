@@ -272,6 +272,7 @@ class SimConfig:
     oracle: bool = False  # expose true output lengths to policies
     max_sim_time_s: float = math.inf  # stop the clock here; unfinished requests are rejected("horizon")
     engine: str = "python"  # python, or numba: compiled kernels with the same results (compiled.py)
+    check_policies: bool = False  # digest the engine's state around each policy call (tamper_check.py)
 
     def validate(self) -> SimConfig:
         _check_nested(self, "")  # a SimConfig built in Python (simulate(SimConfig(cluster=None)))
@@ -284,6 +285,8 @@ class SimConfig:
         self.queue.validate()
         check_positive(self.max_sim_time_s, "max_sim_time_s")  # inf: no horizon
         check_choice(self.engine, "engine", ENGINES)
+        check(isinstance(self.check_policies, bool), "check_policies", f"got {self.check_policies!r}; must be true or "
+              "false (true: a policy that changes the engine's state outside its actions stops the run)")
         return self
 
 

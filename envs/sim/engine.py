@@ -33,10 +33,12 @@ from .models import load_model
 from .observers import Observer, PassStart
 from .ordering import make_order, new_queue
 from .points import POINTS, resolve_policies
+from .policy_errors import ActionError, named
 from .prefill import PrefillInstance
 from .prefix_cache import BlockSetup, cache_capacity, next_uses
 from .requests import RequestTable
 from .steplog import StepLog, SummaryLog
+from .tamper_check import TamperCheck
 from .view import OrderView, RunView
 from .workload import make_workload
 
@@ -47,6 +49,11 @@ INSTANCE_TYPES = (PrefillInstance, DecodeInstance, ColocatedInstance)  # each de
 
 def _spread(fn):
     return lambda p: fn(*p)
+
+
+def _index_in(i, n: int) -> bool:
+    """`i` is an integer (a Python or NumPy one, not a bool) in 0..n-1: an index an action may name."""
+    return (type(i) is int or isinstance(i, numbers.Integral) and not isinstance(i, bool)) and 0 <= i < n
 
 
 class Simulator:
@@ -111,7 +118,11 @@ class Simulator:
         self._started = False
         self._healthy: tuple[int, ...] | None = None
         self.faults = FaultInjector(self)
-        self.view = RunView(self)  # what policies and observers are handed
+        self.tamper = TamperCheck(self) if cfg.check_policies else None  # tamper_check.py (before the views: their
+        # actions are the engine's methods as they are now)
+        parts = RunView.parts(self)
+        self.views = {name: RunView.of(self, parts) for name in POINTS}  # each policy's own view (view.py)
+        self.view = RunView.of(self, parts)  # the observers' (and a caller's who reads the run as a policy would)
         # Instance events carry the instance, so their handlers are the classes' own (unbound) methods, which each
         # class declares in HANDLERS; the engine's own events and the fault injector's are bound here.
         handlers = {kind: getattr(cls, meth) for cls in INSTANCE_TYPES for kind, meth in cls.HANDLERS.items()}
@@ -194,7 +205,14 @@ class Simulator:
     def dispatch(self, rid: int, inst: int, dp: int | None = None) -> None:
         """Send buffered request `rid` to instance `inst` (DP unit `dp`, or the engine's choice)."""
         if rid not in self.buffer:
-            raise ValueError(f"dispatch: request {rid} is not in the scheduler buffer")
+            raise ActionError(f"dispatch(rid={rid!r}, inst={inst!r}): request {rid!r} is not in the scheduler buffer "
+                              "(a routed request must exist and be waiting)")
+        front = self._front
+        if not _index_in(inst, len(front)):
+            raise ActionError(f"dispatch(rid={rid}, inst={inst!r}): no instance {inst!r}; allowed 0..{len(front) - 1}")
+        if dp is not None and not _index_in(dp, front[inst].dp):
+            raise ActionError(f"dispatch(rid={rid}, inst={inst}, dp={dp!r}): instance {inst} has DP units "
+                              f"0..{front[inst].dp - 1}")
         del self.buffer[rid]
         req = self.req
         req.leave_buffer(rid, self.now, inst)
@@ -207,18 +225,25 @@ class Simulator:
 
     def reject(self, rid: int, reason: str) -> None:
         """Reject a request the policy holds (buffer or pool), recording why."""
+        try:
+            code = R.reason_code(reason)
+        except ValueError as exc:
+            raise ActionError(f"reject(rid={rid!r}, reason={reason!r}): {exc}") from None
         if rid in self.buffer:
             del self.buffer[rid]
         elif rid in self.pool:
             del self.pool[rid]
         else:
-            raise ValueError(f"reject: request {rid} is neither buffered nor pooled")
-        self.reject_request(rid, R.reason_code(reason))
+            raise ActionError(f"reject(rid={rid!r}): request {rid!r} is neither buffered nor pooled (a policy rejects "
+                              "only requests it holds)")
+        self.reject_request(rid, code)
 
     def set_timer(self, t: float, owner: str, tag: object = None) -> None:
         """Call `on_timer(sim, tag)` of the `owner` policy ('prefill', 'decode', 'batching') at time t."""
         if owner not in POINTS:
-            raise ValueError(f"set_timer: owner {owner!r} unknown; allowed: {', '.join(POINTS)}")
+            raise ActionError(f"set_timer(owner={owner!r}): unknown owner; allowed: {', '.join(POINTS)}")
+        if not t <= math.inf:  # NaN (or not a number) would break the heap's order
+            raise ActionError(f"set_timer(t={t!r}, owner={owner!r}): t must be a time in seconds, not NaN")
         self.push(max(t, self.now), TIMER, Timer(owner, tag))
 
     def admit(self, rid: int, inst: int, worker: int) -> bool:
@@ -226,11 +251,19 @@ class Simulator:
 
         Returns False (and changes nothing) when the worker has no free slot or not enough KV.
         """
-        d = self.decode[inst]
         if rid not in self.pool:
-            raise ValueError(f"admit: request {rid} is not in the decode pool")
+            raise ActionError(f"admit(rid={rid!r}, inst={inst!r}, worker={worker!r}): request {rid!r} is not in the "
+                              "decode pool (an admitted request must exist and be waiting)")
+        if not _index_in(inst, len(self.decode)):
+            raise ActionError(f"admit(rid={rid}, inst={inst!r}): no decode instance {inst!r}; allowed "
+                              f"0..{len(self.decode) - 1}")
+        d = self.decode[inst]
+        if not _index_in(worker, d.dp):
+            raise ActionError(f"admit(rid={rid}, inst={inst}, worker={worker!r}): instance {inst} has workers "
+                              f"0..{d.dp - 1}")
         if d.busy:
-            raise RuntimeError("admit: decode instances admit only at step boundaries (inside route())")
+            raise ActionError(f"admit(rid={rid}, inst={inst}, worker={worker}): decode instances admit only at step "
+                              "boundaries (inside route())")
         if not d.admit(rid, worker):
             return False
         del self.pool[rid]
@@ -247,13 +280,30 @@ class Simulator:
         """Stop the run after the current callback; `run()` resumes it (the Gymnasium envs use this)."""
         self.paused = True
 
+    def call(self, point: str, method: str, *args):
+        """Call the policy of decision point `point`: `method(view, *args)` (`ask` without a replay)."""
+        return self.ask(point, None, method, *args)
+
     def ask(self, point: str, replay, method: str, *args):
-        """Ask the policy of decision point `point`: `method(view, *args)`. A policy that paused the run (an agent
-        takes this decision in its env, between two `run()` calls) did not decide: `replay()` re-queues the asking
-        event for the resumed run and PAUSED is returned, so the call site only returns. The one place where a
-        decision is deferred and replayed (decode.py's step start, colocated.py's iteration start)."""
-        out = getattr(self.policies[point], method)(self.view, *args)
-        if self.paused:
+        """The one place that calls a policy: `method(view, *args)` of the policy of decision point `point`, handed
+        that policy's own view. Anything it raises but a ConfigError becomes one PolicyError line naming the policy
+        and the call (policy_errors.py); the original stays chained (`__cause__`). With a `replay` (decode.py's step
+        start, colocated.py's iteration start), a policy that paused the run (an agent takes this decision in its
+        env, between two `run()` calls) did not decide: `replay()` re-queues the asking event for the resumed run
+        and PAUSED is returned, so the call site only returns (the one place where a decision is deferred)."""
+        pol = self.policies[point]
+        tamper = self.tamper
+        if tamper is not None:
+            tamper.enter(point, method)
+        try:
+            out = getattr(pol, method)(self.views[point], *args)
+        except Exception as exc:
+            if isinstance(exc, ConfigError) and (getattr(exc, "named", True)):
+                raise
+            raise named(point, pol, method, exc) from exc
+        if tamper is not None:
+            tamper.leave()
+        if replay is not None and self.paused:
             replay()
             return PAUSED
         return out
@@ -276,8 +326,8 @@ class Simulator:
 
     def _start(self) -> None:
         self._started = True
-        for pol in self.policies.values():
-            pol.reset(self.view)
+        for point in self.policies:
+            self.call(point, "reset")
         self.faults.schedule()
         if self._arrivals is None:
             self._release_closed_loop(0.0)
@@ -368,7 +418,7 @@ class Simulator:
         """Put a request (new, bounced or preempted) in the scheduler buffer and tell the scheduler."""
         self.req.enter_buffer(rid, self.now)
         self.buffer[rid] = None
-        self.policies["prefill"].on_arrival(self.view, rid)
+        self.ask("prefill", None, "on_arrival", rid)  # ask itself: one frame less on every arrival
 
     def bounce(self, rid: int) -> None:
         """A request lost by a dead prefill instance goes back to the scheduler, to be recomputed."""
@@ -435,11 +485,11 @@ class Simulator:
     def end_forward(self, inst: int, fwd: float) -> None:
         """EndForward of a prefill pass reaches the scheduler, unless the fault injector drops it."""
         if not self.faults.drop_signal():
-            self.policies["prefill"].on_end_forward(self.view, inst, fwd)
+            self.call("prefill", "on_end_forward", inst, fwd)
 
     # ------------------------------------------------------------------ timers
     def _timer(self, owner: str, tag: object) -> None:
-        self.policies[owner].on_timer(self.view, tag)
+        self.call(owner, "on_timer", tag)
         wake = POINTS[owner].wake  # what the decision point re-checks once its policy's timer fired
         if wake is not None:
             wake(self)

@@ -61,14 +61,14 @@ class FaultInjector:
                 lost, P.lost = P.lost, []
                 for rid in lost:
                     sim.bounce(rid)
-                sim.policies["prefill"].on_topology_change(sim.view)
+                sim.call("prefill", "on_topology_change")
         elif what == "scale":
             for i, P in enumerate(sim.prefill):
                 if i < arg and not P.up:
                     self._bring_up(i, notify=False)
                 elif i >= arg and P.up:
                     self._take_down(i, notify_after=None)
-            sim.policies["prefill"].on_topology_change(sim.view)
+            sim.call("prefill", "on_topology_change")
 
     def _take_down(self, inst: int, notify_after: float | None) -> None:
         """Instance fails (or is scaled away): its pass and queues are lost; requests come back later."""
@@ -94,4 +94,4 @@ class FaultInjector:
         P.up = True
         sim.set_healthy(inst, True)
         if notify:
-            sim.policies["prefill"].on_topology_change(sim.view)
+            sim.call("prefill", "on_topology_change")

@@ -28,7 +28,8 @@ class Host(Protocol):
     dropped_signals: int
     disaggregated: bool
     fault_rng: np.random.Generator
-    view: RunView  # what policies are handed
+    view: RunView  # what observers are handed
+    views: dict[str, RunView]  # decision point name -> the view its policy is handed
     policies: dict[str, Any]  # decision point name (points.POINTS) -> its policy: sim.policies["decode"].route(...)
     prefill: list
     decode: list
@@ -37,6 +38,9 @@ class Host(Protocol):
     queue_order: QueueOrder | None  # the queue discipline (ordering.py); None: arrival order
 
     def push(self, t: float, kind: int, payload: Any) -> None: ...
+
+    def call(self, point: str, method: str, *args: Any) -> Any:
+        """The policy of `point` is called: `method(view, *args)` (its errors one PolicyError line)."""
 
     def ask(self, point: str, replay: Any, method: str, *args: Any) -> Any:
         """The policy of `point` decides (`method(view, *args)`), or events.PAUSED after `replay()` re-queued

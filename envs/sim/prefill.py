@@ -216,7 +216,7 @@ class PrefillInstance:
             self.depth -= 1
             if sim.prefill_healthy[self.idx]:  # a refusal is a health report: hold, don't bounce again
                 sim.set_healthy(self.idx, False)
-                sim.policies["prefill"].on_topology_change(sim.view)
+                sim.call("prefill", "on_topology_change")
             sim.bounce(rid)
             return
         req.state[rid] = R.PREFILL
