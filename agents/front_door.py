@@ -86,9 +86,18 @@ def _flag_name(arg: str) -> str | None:
     return longs[0] if len(longs) == 1 else None
 
 
+def _attached(arg: str) -> tuple[str, str] | None:
+    """(flag, value) of a short flag written with its value attached, as argparse reads it (-cjob, -iconfig)."""
+    if arg.startswith("--") or len(arg) <= 2 or "=" in arg:
+        return None
+    flag = arg[:2]
+    return (flag, arg[2:]) if HYDRA_FLAGS.get(flag) and arg not in HYDRA_FLAGS else None
+
+
 def check_flags(argv: list[str], app: str) -> None:
     """Fail with one line (not Hydra's argparse usage block) if a flag is not one of Hydra's, or its value is
-    missing or not allowed (`--cfg bogus`, `--info bogus`)."""
+    missing or not allowed (`--cfg bogus`, `--info bogus`). --info's value is optional: the next argument is its
+    value only when it is one of the allowed ones (`--info plots=false` is --info, then an override)."""
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -96,6 +105,8 @@ def check_flags(argv: list[str], app: str) -> None:
         if not a.startswith("-") or (not a.startswith("--") and "=" in a):  # an override (or a negative value)
             continue
         name = _flag_name(a)
+        if name is None and (attached := _attached(a)) is not None:
+            name, a = attached[0], f"{attached[0]}={attached[1]}"
         if name is None:
             flags = ", ".join(f for f in HYDRA_FLAGS if f.startswith("--"))
             fail(app, f"{a.split('=', 1)[0]}: unknown flag; {app} takes key=value overrides and Hydra's flags: "
@@ -106,10 +117,12 @@ def check_flags(argv: list[str], app: str) -> None:
         optional = name in ("--info", "-i")
         if "=" in a:
             value = a.split("=", 1)[1]
-        elif i < len(argv) and not argv[i].startswith("-"):  # argparse takes it, even for --info
-            value, i = argv[i], i + 1
         elif optional:
+            if i < len(argv) and argv[i] in allowed:
+                i += 1
             continue
+        elif i < len(argv) and not argv[i].startswith("-"):
+            value, i = argv[i], i + 1
         else:
             want = f": {', '.join(allowed)}" if allowed else ""
             fail(app, f"{name}: needs a value{want}")
@@ -118,19 +131,27 @@ def check_flags(argv: list[str], app: str) -> None:
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra flags with their values, overrides)."""
+    """(Hydra flags with their values, overrides). A bare --info (no value of its own) becomes `--info=all`, its
+    default: Hydra's argparse is given the flags first and the overrides after, and would take the first override
+    for --info's value."""
     flags, overrides, i = [], [], 0
     while i < len(argv):
         a = argv[i]
         if a.startswith("-") and not a.startswith("--") and "=" in a:  # not a flag: a negative-looking value
             overrides.append(a)
         elif a.startswith("-"):
-            flags.append(a)
-            takes = a in _FLAGS_WITH_VALUE or (a in ("--info", "-i") and i + 1 < len(argv)
-                                                 and argv[i + 1] in _INFO_VALUES)
-            if takes and i + 1 < len(argv):
-                flags.append(argv[i + 1])
-                i += 1
+            name = _flag_name(a)
+            if name in ("--info", "-i") and "=" not in a:
+                if i + 1 < len(argv) and argv[i + 1] in _INFO_VALUES:
+                    flags.append(f"{name}={argv[i + 1]}")
+                    i += 1
+                else:
+                    flags.append(f"{name}=all")
+            else:
+                flags.append(a)
+                if (name or a) in _FLAGS_WITH_VALUE and "=" not in a and i + 1 < len(argv):
+                    flags.append(argv[i + 1])
+                    i += 1
         else:
             overrides.append(a)
         i += 1
@@ -619,6 +640,12 @@ def users_environment() -> Iterator[None]:
         _set_full_error(hydras)
 
 
+def no_trial_completed(exc: BaseException) -> bool:
+    """Optuna's answer when asked for the best trial of a study none of whose trials completed (Hydra's Optuna
+    sweeper asks once its trials are run)."""
+    return isinstance(exc, ValueError) and "No trials are completed yet" in str(exc)
+
+
 # --------------------------------------------------------------------------- the decorator
 def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], Any] | None = None,
               rewrite_argv: Callable[[list[str]], list[str]] | None = None,
@@ -675,9 +702,15 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 if after_sweep is not None and not door.single and door.folder is not None:
                     after_sweep([p for p in door.folder.added() if p.is_dir() and not p.name.startswith(".")])
             except BaseException as exc:
+                where = None if door.folder is None else door.folder.path
                 if door.folder is not None:
                     run_folder.settle(door.folder, exc, single=door.single)
                     door.folder = None
+                if not door.single and no_trial_completed(exc):
+                    fail(app, "no trial of the sweep completed: each job failed or returned no number (a sampling "
+                              "sweeper such as Optuna's ranks the number a job returns: pdgym-train's objective; "
+                              f"pdgym-sim, -eval and -leaderboard return none){'' if where is None else f'; jobs in {where}'}",
+                         1)
                 if not door.composed and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
                     line = compose_error_line(exc, overrides, config_name)
                     if line is not None:
