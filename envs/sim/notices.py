@@ -8,7 +8,9 @@ these categories are formatted here, nothing is filtered or silenced).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 
 class PdgymWarning(UserWarning):
@@ -43,3 +45,17 @@ def install() -> None:
 
 
 install()
+
+
+@contextlib.contextmanager
+def held_warnings() -> Iterator[None]:
+    """The warnings raised in the block, issued only once it ends without an error: a run refused with one line
+    prints that line alone (a trace's "replaying 5 requests instead of 10" came before its refusal). Filters apply
+    as usual (an "error" filter still raises inside the block)."""
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for w in caught:  # a registry of their own: the default filter shows each once, as at the place they came from
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_HELD, source=w.source)
+
+
+_HELD: dict = {}  # warn_explicit's once-per-place registry for the warnings `held_warnings` issues
