@@ -94,10 +94,17 @@ def _attached(arg: str) -> tuple[str, str] | None:
     return (flag, arg[2:]) if HYDRA_FLAGS.get(flag) and arg not in HYDRA_FLAGS else None
 
 
+def _info_value(arg: str) -> bool:
+    """The argument after --info is its value: a word, not an override (key=value, ~key) nor a flag. argparse takes
+    any next argument for it and refuses `--info plots=false` ("invalid choice"); an override is never one of its
+    values, so pdgym reads it as the override it is."""
+    return not arg.startswith(("-", "~", "+")) and "=" not in arg
+
+
 def check_flags(argv: list[str], app: str) -> None:
     """Fail with one line (not Hydra's argparse usage block) if a flag is not one of Hydra's, or its value is
     missing or not allowed (`--cfg bogus`, `--info bogus`). --info's value is optional: the next argument is its
-    value only when it is one of the allowed ones (`--info plots=false` is --info, then an override)."""
+    value unless it is an override or a flag (`--info plots=false` is --info, then an override)."""
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -118,9 +125,9 @@ def check_flags(argv: list[str], app: str) -> None:
         if "=" in a:
             value = a.split("=", 1)[1]
         elif optional:
-            if i < len(argv) and argv[i] in allowed:
-                i += 1
-            continue
+            if i >= len(argv) or not _info_value(argv[i]):
+                continue
+            value, i = argv[i], i + 1
         elif i < len(argv) and not argv[i].startswith("-"):
             value, i = argv[i], i + 1
         else:
@@ -142,7 +149,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
         elif a.startswith("-"):
             name = _flag_name(a)
             if name in ("--info", "-i") and "=" not in a:
-                if i + 1 < len(argv) and argv[i + 1] in _INFO_VALUES:
+                if i + 1 < len(argv) and _info_value(argv[i + 1]):
                     flags.append(f"{name}={argv[i + 1]}")
                     i += 1
                 else:
@@ -297,10 +304,12 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def sweep_axes(app: str, config_name: str, overrides: list[str], basic: bool) -> list[list[str]]:
-    """Each override's list of `key=value` lines (one for a plain override, one per value of a choice / range
-    sweep), or one line: an override that does not parse, a sweep with no value, a sweep inside a sweep, or an
-    interval sweep given to the basic sweeper (it can only sample from a sweeper such as Optuna's: with the basic
-    sweeper Hydra fails with a HydraException traceback). Interval sweeps of another sweeper are left out."""
+    """Each key's list of `key=value` lines, as Hydra's basic sweeper lists them (BasicSweeper.split_arguments: one
+    line for a plain override, in Hydra's spelling of its value; one per value of a choice / range sweep; a key given
+    twice keeps its first place and its last value), or one line: an override that does not parse, a sweep with no
+    value, a sweep inside a sweep, or an interval sweep given to the basic sweeper (only a sampling sweeper such as
+    Optuna's takes one: the basic sweeper raised a HydraException traceback). `overrides`: the sweeper's params,
+    then the command line's. Interval sweeps of another sweeper are left out."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -309,25 +318,27 @@ def sweep_axes(app: str, config_name: str, overrides: list[str], basic: bool) ->
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         fail_error(app, exc, hydra_error_line(exc, overrides, config_name))
-    axes = []
+    axes: dict[str, list[str]] = {}
     for o in parsed:
+        key = o.get_key_element()
         if not o.is_sweep_override():
-            axes.append([o.input_line])
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
             continue
         if not o.is_discrete_sweep():
             if basic:
                 fail(app, f"{o.input_line}: an interval sweep needs a sweeper that samples it (hydra/sweeper=optuna); "
                           "the basic sweeper takes lists (a,b,c) and range(start,stop[,step])")
+            axes.pop(key, None)
             continue
         try:
-            values = [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+            values = [f"{key}={v}" for v in o.sweep_string_iterator()]
         except (HydraException, OmegaConfBaseException) as exc:
             fail_error(app, exc, f"{o.input_line}: cannot list this sweep's values (a sweep inside a list is not "
                                  "one); write one list, or one range(start,stop[,step])")
         if not values:
             fail(app, f"{o.input_line}: a sweep with no value; a multirun needs at least one job")
-        axes.append(values)
-    return axes
+        axes[key] = values
+    return list(axes.values())
 
 
 def check_order(axes: list[list[str]], every: bool = True) -> Iterator[tuple[int, list[str]]]:
@@ -550,7 +561,8 @@ class FrontDoor(Callback):
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
             fail(app, f"hydra.callbacks.pdgym.max_jobs: got {max_jobs!r}; must be an integer >= 1")
         basic = str(OmegaConf.select(config, "hydra.sweeper._target_")) == BASIC_SWEEPER
-        axes = sweep_axes(app, door.config_name, door.overrides, basic)
+        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        axes = sweep_axes(app, door.config_name, [f"{k}={v}" for k, v in params.items()] + door.overrides, basic)
         count = math.prod(len(a) for a in axes)
         if basic and count > max_jobs:
             fail(app, f"this multirun has {count:,} jobs, more than hydra.callbacks.pdgym.max_jobs={max_jobs:,} (each "

@@ -32,9 +32,9 @@ from .validation import check, is_num
 __all__ = ["PREDICTOR_KINDS", "PredictorConfig", "kendall_tau", "predict_lengths"]
 
 PREDICTOR_KINDS = ("none", "oracle", "lognormal", "buckets")
-# sigma's bound: at sigma = 10 a 2-sd draw already scales the true length by e^20 (5e8), so every prediction is
-# pinned at 1 or at MAX_PREDICTION and Kendall's tau is ~0 (no signal left to sweep against); above it the factor
-# exp(sigma z) overflows float64 (exp(710) = inf) and the cast to int64 would wrap.
+# sigma's bound: at sigma = 10 the predictions hold almost no rank signal (Kendall's tau (2/pi) arcsin(s / sqrt(s^2 +
+# sigma^2)) = 0.06 for outputs of log-sd s = 1), so nothing is lost to a sweep; beyond it exp(sigma z) leaves float64
+# (exp(710) = inf), and before the clip below the cast to int64 wrapped to -2**63 (served first by SJF).
 MAX_SIGMA = 10.0
 # buckets' bound: equal-probability classes of the run's output lengths; more than this leaves most buckets empty
 # for any workload pdgym runs (a bucket per 1,000th of the outputs is already finer than any length classifier),
@@ -56,8 +56,8 @@ class PredictorConfig:
     def validate(self, key: str = "workload.predictor") -> None:
         check(self.kind in PREDICTOR_KINDS, f"{key}.kind", f"got {self.kind!r}; allowed: {', '.join(PREDICTOR_KINDS)}")
         check(is_num(self.sigma) and math.isfinite(float(self.sigma)) and 0 <= self.sigma <= MAX_SIGMA,
-              f"{key}.sigma", f"got {self.sigma!r}; allowed [0, {MAX_SIGMA:g}] (at {MAX_SIGMA:g} a prediction is "
-                              "already pinned at its bounds: no rank signal left)")
+              f"{key}.sigma", f"got {self.sigma!r}; allowed [0, {MAX_SIGMA:g}] (at {MAX_SIGMA:g} Kendall's tau is "
+                              "~0.06 already: no rank signal left to sweep)")
         check(isinstance(self.buckets, int) and not isinstance(self.buckets, bool) and 2 <= self.buckets <= MAX_BUCKETS,
               f"{key}.buckets", f"got {self.buckets!r}; must be an integer in [2, {MAX_BUCKETS}] (equal-probability "
                                 "classes of the run's output lengths; more leaves most of them empty)")
