@@ -49,13 +49,22 @@ install()
 
 @contextlib.contextmanager
 def held_warnings() -> Iterator[None]:
-    """The warnings raised in the block, issued only once it ends without an error: a run refused with one line
-    prints that line alone (a trace's "replaying 5 requests instead of 10" came before its refusal). Filters apply
-    as usual (an "error" filter still raises inside the block)."""
-    with warnings.catch_warnings(record=True) as caught:
+    """The warnings shown in the block, shown only once it ends without an error: a run refused with one line
+    prints that line alone (a trace's "replaying 3 requests instead of 10" came before its refusal). Only the
+    showing is held: the filters decide as usual, at the time and place of each warning (once per place by
+    default; an "error" filter raises inside the block), so this changes no filter (warnings.catch_warnings would
+    reset every once-per-place registry). Held ones are shown through warnings' own last step (_showwarnmsg: the
+    hook `showwarning`, or the record of a catch_warnings / pytest.warns around the block)."""
+    held: list[warnings.WarningMessage] = []
+    saved = warnings.showwarning
+
+    def hold(message, category, filename, lineno, file=None, line=None):
+        held.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+
+    warnings.showwarning = hold
+    try:
         yield
-    for w in caught:  # a registry of their own: the default filter shows each once, as at the place they came from
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_HELD, source=w.source)
-
-
-_HELD: dict = {}  # warn_explicit's once-per-place registry for the warnings `held_warnings` issues
+    finally:
+        warnings.showwarning = saved
+    for w in held:
+        warnings._showwarnmsg(w)
