@@ -480,8 +480,8 @@ def test_observation_sizes_are_bounded_in_one_line(env_id, kwargs, key):
 
 def test_a_huge_class_label_is_cut_in_its_line(tmp_path):
     """A 1 MB label naming no class was echoed whole in the error line."""
-    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
     from pdgym.envs.sim.classes import SLOClass
+    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
     from pdgym.envs.sim.workload import make_workload
 
     trace = tmp_path / "labelled.csv"
