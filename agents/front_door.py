@@ -370,8 +370,8 @@ def _is_group(override: str) -> bool:
 class JobConfigs:
     """The composed config of each job of a multirun. Hydra composes each job anew (~0.35 s); here the first job
     of each combination of config-group choices is composed so, and a job that differs from it only in plain
-    `key=value` overrides is that config with Hydra's own override step (what compose does after the defaults list)
-    applied to the values that differ, in place, and the first job's values put back after (`job`). A job that sweeps
+    `key=value` overrides is that config with the values that differ set as Hydra's compose sets them after the
+    defaults list (OmegaConf.update, merged), in place, and the first job's values put back after (`job`). A job that sweeps
     a `~key`, or a value that is a mapping (merged into the config, not set), is composed in full."""
 
     def __init__(self, app: str, config_name: str):
@@ -416,19 +416,19 @@ class JobConfigs:
 
     @staticmethod
     def _apply(cfg: DictConfig, changed: list, overrides: list[str]) -> None:
-        """Hydra's override step on `cfg`, and the hydra node's record of the job's overrides (its folder name)."""
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
+        """Hydra's override step for plain and `++` overrides on `cfg` (its compose sets each with OmegaConf.update,
+        merged; `++` may add the key), and the hydra node's record of the job's overrides: `overrides.task` and
+        `job.override_dirname` (the sorted task overrides, minus the excluded keys, joined with item_sep, `=` as
+        kv_sep), which name the job's folder."""
         with read_write(cfg):
-            ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)
+            for o in changed:
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True, force_add=o.is_force_add())
         with read_write(cfg.hydra), open_dict(cfg.hydra):
-            task = [o for o in OverridesParser.create().parse_overrides(overrides)
-                    if not o.key_or_group.startswith("hydra")]
-            dirname = cfg.hydra.job.config.override_dirname
-            cfg.hydra.job.override_dirname = get_overrides_dirname(
-                overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
-            cfg.hydra.overrides.task = [o.input_line for o in task]
+            task = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+            conf = cfg.hydra.job.config.override_dirname
+            lines = sorted(o for o in task if o.lstrip("+~").split("=", 1)[0] not in set(conf.exclude_keys))
+            cfg.hydra.job.override_dirname = conf.item_sep.join(lines).replace("=", conf.kv_sep)
+            cfg.hydra.overrides.task = task
 
 
 def _forced(override: str) -> str:
