@@ -561,7 +561,9 @@ class FrontDoor(Callback):
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
             fail(app, f"hydra.callbacks.pdgym.max_jobs: got {max_jobs!r}; must be an integer >= 1")
         basic = str(OmegaConf.select(config, "hydra.sweeper._target_")) == BASIC_SWEEPER
-        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        # the basic sweeper's params are jobs' overrides as the command line's are (another sweeper's, such as
+        # Optuna's, are its search space: its own)
+        params = (OmegaConf.select(config, "hydra.sweeper.params") or {}) if basic else {}
         axes = sweep_axes(app, door.config_name, [f"{k}={v}" for k, v in params.items()] + door.overrides, basic)
         count = math.prod(len(a) for a in axes)
         if basic and count > max_jobs:
