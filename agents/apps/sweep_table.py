@@ -10,8 +10,9 @@ is grouped by its overrides minus `seed`; per group and metric: mean, 95% percen
 interval of the mean over seeds (inside [min, max] of the values, so never below zero for a
 non-negative metric), the number of jobs and of seeds. A job's values are pdgym-sim's metric, each of a
 pdgym-eval job's seeds (its per_seed values: one job of 3 seeds is 3 values, not their mean alone) or pdgym-train's
-best validation value (`objective`) and final validation metrics. A metric the jobs lack is one line, exit 2.
-Writes DIR/sweep_table.csv and prints the table.
+best validation value (`objective`) and final validation metrics. A metric the jobs lack is one line, exit 2, and
+so is a null, NaN or infinite value of a job or of one of its seeds (a mean over the values left would pass for one
+over all); no table is written then. Writes DIR/sweep_table.csv and prints the table.
 
 A stall is never hidden (agents/evaluation/stalls.py): a group holding a pdgym-eval job with a stopped-early seed
 has no mean for any metric but the counts and times (its cells say STALLED (k/n jobs); the csv's `stalled` column
