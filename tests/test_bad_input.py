@@ -495,9 +495,22 @@ def test_a_huge_class_label_is_cut_in_its_line(tmp_path):
 
 def test_a_refused_trace_prints_its_line_without_the_warnings_before_it(tmp_path_factory, monkeypatch, capsys):
     """3 rows for 10 requests warned "replaying 3 requests instead of 10", then the trace was refused (no class
-    column): two lines where the contract is one."""
+    column): two lines where the contract is one. (pytest records warnings itself, so the warning is looked for
+    in a record of its own, and the app's stderr is checked too.)"""
+    import warnings
+
+    from pdgym.envs.sim.classes import SLOClass
+    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
+    from pdgym.envs.sim.workload import WorkloadWarning, make_workload
+
     trace = tmp_path_factory.mktemp("trace") / "short.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,5\n1.0,20,6\n2.0,30,7\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ConfigError, match="has no class column"):
+            make_workload(WorkloadConfig(trace=str(trace), num_requests=10, class_by="label",
+                                         classes=[SLOClass(name="a"), SLOClass(name="b")]), None)
+    assert not [w for w in seen if issubclass(w.category, WorkloadWarning)]
     run = tmp_path_factory.mktemp("cwd")
     code, err, lines = _fail_in_process("pdgym-sim", [
         f"workload.trace={trace}", "workload.num_requests=10", "workload.class_by=label",
