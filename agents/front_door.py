@@ -30,6 +30,7 @@ import dataclasses
 import importlib
 import importlib.resources
 import itertools
+import math
 import os
 import re
 import sys
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pdgym.agents import interrupts, run_folder
 from pdgym.agents.common import SIM_KEYS
 from pdgym.agents.compose import check_resolves, compose_error_line, compose_job, resolving, validated
@@ -85,9 +86,25 @@ def _flag_name(arg: str) -> str | None:
     return longs[0] if len(longs) == 1 else None
 
 
+def _attached(arg: str) -> tuple[str, str] | None:
+    """(flag, value) of a short flag written with its value attached, as argparse reads it (-cjob, -iconfig)."""
+    if arg.startswith("--") or len(arg) <= 2 or "=" in arg:
+        return None
+    flag = arg[:2]
+    return (flag, arg[2:]) if HYDRA_FLAGS.get(flag) and arg not in HYDRA_FLAGS else None
+
+
+def _info_value(arg: str) -> bool:
+    """The argument after --info is its value: a word, not an override (key=value, ~key) nor a flag. argparse takes
+    any next argument for it and refuses `--info plots=false` ("invalid choice"); an override is never one of its
+    values, so pdgym reads it as the override it is."""
+    return not arg.startswith(("-", "~", "+")) and "=" not in arg
+
+
 def check_flags(argv: list[str], app: str) -> None:
     """Fail with one line (not Hydra's argparse usage block) if a flag is not one of Hydra's, or its value is
-    missing or not allowed (`--cfg bogus`, `--info bogus`)."""
+    missing or not allowed (`--cfg bogus`, `--info bogus`). --info's value is optional: the next argument is its
+    value unless it is an override or a flag (`--info plots=false` is --info, then an override)."""
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -95,6 +112,8 @@ def check_flags(argv: list[str], app: str) -> None:
         if not a.startswith("-") or (not a.startswith("--") and "=" in a):  # an override (or a negative value)
             continue
         name = _flag_name(a)
+        if name is None and (attached := _attached(a)) is not None:
+            name, a = attached[0], f"{attached[0]}={attached[1]}"
         if name is None:
             flags = ", ".join(f for f in HYDRA_FLAGS if f.startswith("--"))
             fail(app, f"{a.split('=', 1)[0]}: unknown flag; {app} takes key=value overrides and Hydra's flags: "
@@ -105,10 +124,12 @@ def check_flags(argv: list[str], app: str) -> None:
         optional = name in ("--info", "-i")
         if "=" in a:
             value = a.split("=", 1)[1]
-        elif i < len(argv) and not argv[i].startswith("-"):  # argparse takes it, even for --info
-            value, i = argv[i], i + 1
         elif optional:
-            continue
+            if i >= len(argv) or not _info_value(argv[i]):
+                continue
+            value, i = argv[i], i + 1
+        elif i < len(argv) and not argv[i].startswith("-"):
+            value, i = argv[i], i + 1
         else:
             want = f": {', '.join(allowed)}" if allowed else ""
             fail(app, f"{name}: needs a value{want}")
@@ -117,19 +138,27 @@ def check_flags(argv: list[str], app: str) -> None:
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra flags with their values, overrides)."""
+    """(Hydra flags with their values, overrides). A bare --info (no value of its own) becomes `--info=all`, its
+    default: Hydra's argparse is given the flags first and the overrides after, and would take the first override
+    for --info's value."""
     flags, overrides, i = [], [], 0
     while i < len(argv):
         a = argv[i]
         if a.startswith("-") and not a.startswith("--") and "=" in a:  # not a flag: a negative-looking value
             overrides.append(a)
         elif a.startswith("-"):
-            flags.append(a)
-            takes = a in _FLAGS_WITH_VALUE or (a in ("--info", "-i") and i + 1 < len(argv)
-                                                 and argv[i + 1] in _INFO_VALUES)
-            if takes and i + 1 < len(argv):
-                flags.append(argv[i + 1])
-                i += 1
+            name = _flag_name(a)
+            if name in ("--info", "-i") and "=" not in a:
+                if i + 1 < len(argv) and _info_value(argv[i + 1]):
+                    flags.append(f"{name}={argv[i + 1]}")
+                    i += 1
+                else:
+                    flags.append(f"{name}=all")
+            else:
+                flags.append(a)
+                if (name or a) in _FLAGS_WITH_VALUE and "=" not in a and i + 1 < len(argv):
+                    flags.append(argv[i + 1])
+                    i += 1
         else:
             overrides.append(a)
         i += 1
@@ -267,32 +296,177 @@ def check_plugins(app: str, hydra_node: DictConfig) -> None:
 
 
 # --------------------------------------------------------------------------- a multirun's jobs
-def sweep_jobs(overrides: list[str], cap: int = 256) -> list[list[str]]:
-    """The override lists of a basic multirun's jobs (choice / range sweeps; interval sweeps left out)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    axes = []
-    for o in parsed:
-        if not o.is_sweep_override():
-            axes.append([o.input_line])
-        elif o.is_discrete_sweep():
-            axes.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
-    return [list(job) for job in itertools.islice(itertools.product(*axes), cap)]
+# The most jobs one multirun may have (hydra.callbacks.pdgym.max_jobs): every job's config is composed and validated
+# before the first runs (~0.1 s a job beyond the first of each config-group choice), so a sweep of 10,000 jobs is
+# checked in minutes; a larger one is more likely a typo (seed=range(0,1000000)) than a plan, and says so in one line.
+MAX_JOBS = 10_000
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
-def sweep_jobs_checked(app: str, config_name: str, overrides: list[str]) -> list[list[str]]:
-    """`sweep_jobs`, or one line when an override does not parse or a sweep has no value (`seed=range(0)`)."""
+def sweep_axes(app: str, config_name: str, overrides: list[str], basic: bool) -> list[list[str]]:
+    """Each key's list of `key=value` lines, as Hydra's basic sweeper lists them (BasicSweeper.split_arguments: one
+    line for a plain override, in Hydra's spelling of its value; one per value of a choice / range sweep; a key given
+    twice keeps its first place and its last value), or one line: an override that does not parse, a sweep with no
+    value, a sweep inside a sweep, or an interval sweep given to the basic sweeper (only a sampling sweeper such as
+    Optuna's takes one: the basic sweeper raised a HydraException traceback). `overrides`: the sweeper's params,
+    then the command line's. Interval sweeps of another sweeper are left out."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     try:
-        for o in OverridesParser.create().parse_overrides(overrides):
-            if o.is_discrete_sweep() and not list(o.sweep_string_iterator()):
-                fail(app, f"{o.input_line}: a sweep with no value; a multirun needs at least one job")
-        return sweep_jobs(overrides)
+        parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
         fail_error(app, exc, hydra_error_line(exc, overrides, config_name))
+    axes: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+            continue
+        if not o.is_discrete_sweep():
+            if basic:
+                fail(app, f"{o.input_line}: an interval sweep needs a sweeper that samples it (hydra/sweeper=optuna); "
+                          "the basic sweeper takes lists (a,b,c) and range(start,stop[,step])")
+            axes.pop(key, None)
+            continue
+        try:
+            values = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        except (HydraException, OmegaConfBaseException) as exc:
+            fail_error(app, exc, f"{o.input_line}: cannot list this sweep's values (a sweep inside a list is not "
+                                 "one); write one list, or one range(start,stop[,step])")
+        if not values:
+            fail(app, f"{o.input_line}: a sweep with no value; a multirun needs at least one job")
+        axes[key] = values
+    return list(axes.values())
+
+
+def check_order(axes: list[list[str]], every: bool = True) -> Iterator[tuple[int, list[str]]]:
+    """(job number, overrides) of a multirun's jobs, numbered as Hydra's basic sweeper numbers them (the product of
+    the axes, the last fastest), in the order they are checked: first enough jobs to hold every value of every axis
+    once (a bad value is found after a few jobs, not after hundreds), then (`every`) the others."""
+    sizes = [len(a) for a in axes]
+
+    def number(idx: tuple[int, ...]) -> int:
+        n = 0
+        for i, size in zip(idx, sizes):
+            n = n * size + i
+        return n
+
+    seen: set[tuple[int, ...]] = set()
+    rest = itertools.product(*map(range, sizes)) if every else iter(())
+    for idx in itertools.chain((tuple(i % s for s in sizes) for i in range(max(sizes, default=1))), rest):
+        if idx not in seen:
+            seen.add(idx)
+            yield number(idx), [a[i] for a, i in zip(axes, idx)]
+
+
+def _is_group(override: str) -> bool:
+    """The override picks a config-group option (scenario=X, policy/prefill=Y, hydra/launcher=Z)."""
+    key = override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
+    return "/" in key or importlib.resources.files("pdgym.conf").joinpath(key).is_dir() or key.startswith("hydra/")
+
+
+class JobConfigs:
+    """The composed config of each job of a multirun. Hydra composes each job anew (~0.35 s); here the first job
+    of each combination of config-group choices is composed so, and a job that differs from it only in plain
+    `key=value` overrides is that config with the values that differ set as Hydra's compose sets them after the
+    defaults list (OmegaConf.update, merged), in place, and the first job's values put back after (`job`). A job that sweeps
+    a `~key`, or a value that is a mapping (merged into the config, not set), is composed in full."""
+
+    def __init__(self, app: str, config_name: str):
+        self.app, self.config_name, self.first = app, config_name, {}
+
+    def first_of(self, overrides: list[str]) -> None:
+        """Compose (once) the first job of `overrides`' config-group choices."""
+        groups = tuple(o for o in overrides if _is_group(o))
+        if groups not in self.first:
+            self.first[groups] = (overrides, compose_job(self.app, self.config_name, overrides))
+
+    @contextlib.contextmanager
+    def job(self, overrides: list[str]) -> Iterator[DictConfig]:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        groups = tuple(o for o in overrides if _is_group(o))
+        if groups not in self.first:
+            yield compose_job(self.app, self.config_name, overrides)
+            return
+        first, cfg = self.first[groups]
+        # the overrides this job sets otherwise than the first (a sweep's jobs share their keys, in one order);
+        # `+key=b` where the first added key=a is `++key=b` on the first's config
+        pairs = [(o, f) for o, f in zip(overrides, first) if o != f]
+        parser = OverridesParser.create()
+        changed = parser.parse_overrides([_forced(o) for o, _ in pairs])
+        if any(o.is_delete() or isinstance(o.value(), dict) for o in changed):
+            yield compose_job(self.app, self.config_name, overrides)
+            return
+        if not changed:
+            yield cfg
+            return
+        try:
+            self._apply(cfg, changed, overrides)
+        except Exception:  # noqa: BLE001 - Hydra's own composition says what is wrong, in its own words
+            self._apply(cfg, parser.parse_overrides([_forced(f) for _, f in pairs]), first)
+            yield compose_job(self.app, self.config_name, overrides)
+            return
+        try:
+            yield cfg
+        finally:
+            self._apply(cfg, parser.parse_overrides([_forced(f) for _, f in pairs]), first)
+
+    @staticmethod
+    def _apply(cfg: DictConfig, changed: list, overrides: list[str]) -> None:
+        """Hydra's override step for plain and `++` overrides on `cfg` (its compose sets each with OmegaConf.update,
+        merged; `++` may add the key), and the hydra node's record of the job's overrides: `overrides.task` and
+        `job.override_dirname` (the sorted task overrides, minus the excluded keys, joined with item_sep, `=` as
+        kv_sep), which name the job's folder."""
+        with read_write(cfg):
+            for o in changed:
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True, force_add=o.is_force_add())
+        with read_write(cfg.hydra), open_dict(cfg.hydra):
+            task = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+            conf = cfg.hydra.job.config.override_dirname
+            lines = sorted(o for o in task if o.lstrip("+~").split("=", 1)[0] not in set(conf.exclude_keys))
+            cfg.hydra.job.override_dirname = conf.item_sep.join(lines).replace("=", conf.kv_sep)
+            cfg.hydra.overrides.task = task
+
+
+def _forced(override: str) -> str:
+    """`+key=v` as `++key=v`: set on a config where the first job already added the key."""
+    return "+" + override if override.startswith("+") and not override.startswith("++") else override
+
+
+def job_folder(app: str, cfg: DictConfig, num: int) -> str:
+    """Job `num`'s `hydra.sweep.subdir`, resolved as Hydra's launcher will (its number set), or one line; within
+    `resolving(cfg)`."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.job.num = cfg.hydra.job.id = num
+    try:
+        return str(cfg.hydra.sweep.subdir)
+    except OmegaConfBaseException as exc:
+        fail_error(app, exc, f"hydra.sweep.subdir: {str(exc).splitlines()[0]}")
+
+
+def check_job_folders(sweep: Path, subdirs: dict[int, str], every: bool) -> None:
+    """Every job's folder (the sweep folder joined with its `hydra.sweep.subdir`, as Hydra's run_job joins them)
+    lies inside the sweep folder, below it, and (`every`: all jobs are known) no two jobs share one: Hydra writes
+    wherever the join points (`subdir=../../x` wrote every job outside, each over the last)."""
+    owner: dict[str, int] = {}
+    root = os.path.normpath(sweep)
+    for num, subdir in sorted(subdirs.items()):
+        path = os.path.normpath(os.path.join(sweep, subdir))
+        if os.path.commonpath([root, path]) != root or path == root:
+            raise ConfigError(f"hydra.sweep.subdir: job {num}'s folder {subdir!r} is {path}, not a folder inside the "
+                              f"sweep folder {sweep}; a job's subdir is a relative path below it (the default: "
+                              "${hydra.job.num}_...)")
+        if path in owner:
+            why = "" if every else " (the sweeper's trials are numbered ${hydra.job.num}: name its folders by it)"
+            raise ConfigError(f"hydra.sweep.subdir: jobs {owner[path]} and {num} would share the folder {path}, each "
+                              f"writing over the other's results; give each job its own, e.g. with ${{hydra.job.num}}"
+                              + why)
+        owner[path] = num
 
 
 # --------------------------------------------------------------------------- Hydra's callbacks
@@ -324,39 +498,108 @@ def _claimed(app: str, claim: Callable[[], run_folder.RunFolder]) -> run_folder.
         fail(app, str(exc))
 
 
+@contextlib.contextmanager
+def callback_errors(app: str) -> Iterator[None]:
+    """Any error of a front-door check as one line, exit 2: Hydra catches an Exception a callback raises, warns, and
+    carries on (a bad sweep ran its jobs after a 101-line warning); only SystemExit passes through it."""
+    try:
+        yield
+    except ConfigError as exc:
+        fail_error(app, exc, str(exc))
+    except Exception as exc:  # noqa: BLE001 - turned into the one line Hydra would swallow
+        door = _DOOR[-1] if _DOOR else None
+        line = None if door is None else compose_error_line(exc, door.overrides, door.config_name)
+        fail_error(app, exc, line or f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def check_output_subdir(app: str, hydra_node: DictConfig) -> None:
+    """`hydra.output_subdir` (where Hydra writes a job's config.yaml, hydra.yaml, overrides.yaml) is null or a
+    relative path inside the job's folder: Hydra joins it to the folder and writes there, wherever that is."""
+    sub = hydra_node.get("output_subdir")
+    if sub is None:
+        return
+    norm = os.path.normpath(str(sub))
+    if os.path.isabs(norm) or norm == ".." or norm.startswith(".." + os.sep):
+        fail(app, f"hydra.output_subdir: got {str(sub)!r}, outside the job's folder; a relative path inside it "
+                  "(default .hydra) or null (Hydra then writes no config copy)")
+
+
 class FrontDoor(Callback):
     """Hydra callback (conf: hydra.callbacks.pdgym): check the composed config and claim the run or sweep folder
-    before Hydra creates it. Does nothing in a Hydra run pdgym's front door did not start (a launcher's worker)."""
+    before Hydra creates it. Does nothing in a Hydra run pdgym's front door did not start (a launcher's worker).
+    `max_jobs`: the most jobs a multirun may have (MAX_JOBS)."""
+
+    def __init__(self, max_jobs: int = MAX_JOBS) -> None:
+        self.max_jobs = max_jobs
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _DOOR:
             return
         door = _DOOR[-1]
         door.composed = True
-        job = check_resolves(door.app, config, door.overrides, door.config_name)
-        with resolving(config), users_environment():  # train's validate reads the run folder (${hydra:...})
-            validated(door.app, door.validate, job)
-            door.folder = _claimed(door.app, lambda: run_folder.claim_hydra(
-                config.hydra, job, "run", door.app, _given(door.overrides, "hydra.run.dir")))
+        with callback_errors(door.app):
+            job = check_resolves(door.app, config, door.overrides, door.config_name)
+            check_output_subdir(door.app, config.hydra)
+            with resolving(config), users_environment():  # train's validate reads the run folder (${hydra:...})
+                validated(door.app, door.validate, job)
+                door.folder = _claimed(door.app, lambda: run_folder.claim_hydra(
+                    config.hydra, job, "run", door.app, _given(door.overrides, "hydra.run.dir")))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not _DOOR:
             return
         door = _DOOR[-1]
         door.composed, door.single = True, False
+        with callback_errors(door.app):
+            self._check_multirun(door, config)
+
+    def _check_multirun(self, door: Door, config: DictConfig) -> None:
+        """Every job of a basic multirun composed and validated before the first runs (another sweeper chooses its
+        jobs as it goes: each value of its lists is checked once), each job's folder inside the sweep folder and
+        its own."""
+        app, max_jobs = door.app, self.max_jobs
+        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+            fail(app, f"hydra.callbacks.pdgym.max_jobs: got {max_jobs!r}; must be an integer >= 1")
+        basic = str(OmegaConf.select(config, "hydra.sweeper._target_")) == BASIC_SWEEPER
+        # the basic sweeper's params are jobs' overrides as the command line's are (another sweeper's, such as
+        # Optuna's, are its search space: its own)
+        params = (OmegaConf.select(config, "hydra.sweeper.params") or {}) if basic else {}
+        axes = sweep_axes(app, door.config_name, [f"{k}={v}" for k, v in params.items()] + door.overrides, basic)
+        count = math.prod(len(a) for a in axes)
+        if basic and count > max_jobs:
+            fail(app, f"this multirun has {count:,} jobs, more than hydra.callbacks.pdgym.max_jobs={max_jobs:,} (each "
+                      "is checked before the first runs; a sweep this large is more often a typo than a plan): sweep "
+                      "fewer values, or raise hydra.callbacks.pdgym.max_jobs")
+        check_output_subdir(app, config.hydra)
+        order = list(check_order(axes, every=basic))
+        configs = JobConfigs(app, door.config_name)
+        # the first job of each config-group choice composed before any job is validated: a validate hook may
+        # compose a scenario itself (envs/scenario.load_scenario), which clears the Hydra instance the Compose API
+        # needs; the other jobs are copies of those (JobConfigs), made and checked one at a time
+        for _, overrides in order:
+            configs.first_of(overrides)
+        subdirs: dict[int, str] = {}
         job = None
-        # every job composed before any is validated: a validate hook may compose a scenario itself
-        # (envs/scenario.load_scenario), which clears the Hydra instance the Compose API needs
-        jobs = [(o, compose_job(door.app, door.config_name, o))
-                for o in sweep_jobs_checked(door.app, door.config_name, door.overrides)]
-        for overrides, cfg in jobs:
-            job = check_resolves(door.app, cfg, overrides, door.config_name)
-            with resolving(cfg), users_environment():
-                validated(door.app, door.validate, job, f" (job {' '.join(overrides)})")
-            check_plugins(door.app, cfg.hydra)
+        for num, overrides in order:
+            with configs.job(overrides) as cfg:
+                job = check_resolves(app, cfg, overrides, door.config_name)
+                with resolving(cfg):
+                    with users_environment():
+                        validated(app, door.validate, job, f" (job {' '.join(overrides)})")
+                    check_plugins(app, cfg.hydra)
+                    if basic:
+                        subdirs[num] = job_folder(app, cfg, num)
+                    elif not subdirs:  # the sweeper numbers its trials as it goes: two numbers, two folders
+                        subdirs = {n: job_folder(app, cfg, n) for n in (0, 1)}
         with resolving(config):
-            door.folder = _claimed(door.app, lambda: run_folder.claim_hydra(
-                config.hydra, job, "sweep", door.app, _given(door.overrides, "hydra.sweep.dir")))
+            door.folder = _claimed(app, lambda: run_folder.claim_hydra(
+                config.hydra, job, "sweep", app, _given(door.overrides, "hydra.sweep.dir")))
+        try:
+            check_job_folders(door.folder.path, subdirs, every=basic)
+        except ConfigError as exc:
+            door.folder.discard()
+            door.folder = None
+            fail(app, str(exc))
 
 
 # --------------------------------------------------------------------------- the shims around hydra.main
@@ -409,6 +652,12 @@ def users_environment() -> Iterator[None]:
         yield
     finally:
         _set_full_error(hydras)
+
+
+def no_trial_completed(exc: BaseException) -> bool:
+    """Optuna's answer when asked for the best trial of a study none of whose trials completed (Hydra's Optuna
+    sweeper asks once its trials are run)."""
+    return isinstance(exc, ValueError) and "No trials are completed yet" in str(exc)
 
 
 # --------------------------------------------------------------------------- the decorator
@@ -467,9 +716,15 @@ def hydra_cli(app: str, config_name: str, *, validate: Callable[[DictConfig], An
                 if after_sweep is not None and not door.single and door.folder is not None:
                     after_sweep([p for p in door.folder.added() if p.is_dir() and not p.name.startswith(".")])
             except BaseException as exc:
+                where = None if door.folder is None else door.folder.path
                 if door.folder is not None:
                     run_folder.settle(door.folder, exc, single=door.single)
                     door.folder = None
+                if not door.single and no_trial_completed(exc):
+                    fail(app, "no trial of the sweep completed: each job failed or returned no number (a sampling "
+                              "sweeper such as Optuna's ranks the number a job returns: pdgym-train's objective; "
+                              f"pdgym-sim, -eval and -leaderboard return none){'' if where is None else f'; jobs in {where}'}",
+                         1)
                 if not door.composed and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
                     line = compose_error_line(exc, overrides, config_name)
                     if line is not None:

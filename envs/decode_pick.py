@@ -25,7 +25,7 @@ from pdgym.baselines.balance_route import Score, best_subset
 from pdgym.baselines.predictors import make_predictor
 from pdgym.baselines.routers import active_arrays
 from pdgym.envs.base import DecidingCore
-from pdgym.envs.features import Feature, Layout, LayoutCore
+from pdgym.envs.features import Feature, Layout, LayoutCore, check_rows
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.policy import DecodeRouter
 from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
@@ -174,9 +174,9 @@ class Picker(LayoutCore, DecodeCore, DecodeRouter):
         self.forecaster = None if horizon_features is None else make_predictor(horizon_features, train_trace, None,
                                                                               20000, 3)
         self.horizon = self.forecaster is not None  # the horizon features exist
-        self.window = check_int(window, "env.window", 1)
+        self.window = check_rows(window, "env.window")
         self.stage1_free = check_float(stage1_free, "env.stage1_free", 0, 1)
-        self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
+        self.max_workers = check_rows(max_workers, "env.max_workers", allow_none=True)
         self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
         self.skip = False  # the worker formulation's SKIP does not exist here
 

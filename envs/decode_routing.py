@@ -15,14 +15,14 @@ from pdgym.baselines.routers import feasible
 from pdgym.baselines.shared import Projector
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, PdgymEnv
 from pdgym.envs.decode_pick import Boundaries, DecodeCore, DecodeObs, Picker, bind_workers, br0_action
-from pdgym.envs.features import Feature, Layout, LayoutCore, table
+from pdgym.envs.features import Feature, Layout, LayoutCore, check_rows, table
 from pdgym.envs.shadow import AdmissionDryRun
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.events import PassKind
 from pdgym.envs.sim.observers import Observer
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import DecodeRouter
-from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float
 from pdgym.envs.specs import option_values
 
 ENV_ID = POINTS["decode"].env_id  # pdgym/DecodeRouting-v0
@@ -104,7 +104,7 @@ class RouterCore(LayoutCore, DecodeCore, DecodeRouter):
         self.skip = check_bool(skip, "env.skip")
         check_choice(order, "env.order", ORDERS)
         self.order = order
-        self.max_workers = check_int(max_workers, "env.max_workers", 1, allow_none=True)
+        self.max_workers = check_rows(max_workers, "env.max_workers", allow_none=True)
         self.token_scale = check_float(token_scale, "env.token_scale", lo_open=True)
         self.projector: Projector | None = None
         if horizon_features is not None:

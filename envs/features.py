@@ -30,6 +30,24 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+# the most rows an env's observation option may ask for (env.obs_requests, env.window): the observation is a dense
+# Box of rows x features built at every step, and an MLP's first layer holds rows x features x width weights, so
+# beyond a few thousand rows nothing trains; obs_requests=10**9 asked for gigabytes (a MemoryError traceback)
+MAX_OBS_ROWS = 4096
+
+
+def check_rows(value: Any, key: str, allow_none: bool = False) -> int | None:
+    """An observation's row count option: an integer in [1, MAX_OBS_ROWS] (or None when allowed), else one line."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 1 <= value <= MAX_OBS_ROWS
+    if not ok:
+        from pdgym.envs.sim.validation import ConfigError, shown
+
+        raise ConfigError(f"{key}: got {shown(value)}; must be an integer in [1, {MAX_OBS_ROWS}]"
+                          + (" or null" if allow_none else "") + " (rows of the observation, built at every step)")
+    return int(value)
+
 
 @dataclass(frozen=True)
 class Feature:

@@ -17,12 +17,12 @@ from pdgym.baselines.pbaa import PBAA, CapacityModel, prefix_hits
 from pdgym.baselines.shared import Allocator, Capacity
 from pdgym.envs.arrival_window import ArrivalWindow
 from pdgym.envs.base import INVALID_ACTION_RULE, TORCH_THREADS_NOTE, DecidingCore, PdgymEnv
-from pdgym.envs.features import Feature, Layout, LayoutCore, table
+from pdgym.envs.features import Feature, Layout, LayoutCore, check_rows, table
 from pdgym.envs.shadow import shadow_teacher
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.sim.policy import PrefillScheduler
-from pdgym.envs.sim.validation import check_bool, check_choice, check_float, check_int
+from pdgym.envs.sim.validation import check_bool, check_choice, check_float
 from pdgym.envs.slo_admit import AttainmentMeter
 from pdgym.envs.specs import option_values
 from pdgym.envs.wait_meter import WaitMeter
@@ -160,7 +160,7 @@ class DispatchCore(LayoutCore, DecidingCore, PrefillScheduler):
                  n_limit: int = 3, overload: str = "reject", cache_aware: bool = False, mask_full: bool = True):
         check_choice(mode, "env.mode", option_values("prefill", "mode", "timing"))  # the formulations (envs/specs.py)
         check_float(tick_s, "env.tick_s", lo_open=True)
-        check_int(obs_requests, "env.obs_requests")
+        check_rows(obs_requests, "env.obs_requests")
         for key, v in (("cache_aware", cache_aware), ("mask_full", mask_full)):
             check_bool(v, f"env.{key}")
         self.mode = mode

@@ -28,11 +28,11 @@ from pdgym.baselines.overload_admission import OverloadGate
 from pdgym.baselines.registry import make_policy
 from pdgym.baselines.slo_admission import ConductorAdmission
 from pdgym.envs.base import DecidingCore
-from pdgym.envs.features import Feature, Layout, LayoutCore, table
+from pdgym.envs.features import Feature, Layout, LayoutCore, check_rows, table
 from pdgym.envs.sim.config import ConfigError
 from pdgym.envs.sim.ordering import seconds_per_prefill_token
 from pdgym.envs.sim.policy import PrefillScheduler
-from pdgym.envs.sim.validation import check, check_choice, check_float, check_int
+from pdgym.envs.sim.validation import check, check_choice, check_float
 
 _LOG_OUT = math.log1p(65536)
 _LOG256 = math.log1p(256)
@@ -104,7 +104,7 @@ class AdmitCore(LayoutCore, DecidingCore, PrefillScheduler):
               f"got {use_prediction!r}; must be true, false or null (null: when the workload has a predictor)")
         self.mode = mode
         self.use_prediction = use_prediction
-        self.K = check_int(obs_requests, "env.obs_requests")
+        self.K = check_rows(obs_requests, "env.obs_requests")
         self.base_spec = base  # None: sbs on a P/D cluster, round_robin on a colocated one
         self.rule = ConductorAdmission("least_tokens", slack)  # its estimate only (never reset: no base run)
         self.n_actions = 2

@@ -461,3 +461,90 @@ def test_env_calls_before_reset_raise_naming_reset():
         env.reset(seed=0)
         assert np.asarray(env.action_masks(), dtype=bool).any(), env_id
         env.close()
+
+
+# --------------------------------------------------------------------------- bounds and lines (issue 47)
+@pytest.mark.parametrize("env_id, kwargs, key", [
+    ("pdgym/PrefillAdmit-v0", {"obs_requests": 10**9}, "env.obs_requests"),  # a MemoryError traceback
+    ("pdgym/PrefillDispatch-v0", {"obs_requests": 10**9}, "env.obs_requests"),
+    ("pdgym/DecodeRouting-v0", {"max_workers": 10**9}, "env.max_workers"),  # hung building its Box
+    ("pdgym/DecodePick-v0", {"window": 10**9}, "env.window"),
+])
+def test_observation_sizes_are_bounded_in_one_line(env_id, kwargs, key):
+    import gymnasium as gym
+    import pdgym.envs  # noqa: F401 -- registers the ids
+    from pdgym.envs.features import MAX_OBS_ROWS
+    from pdgym.envs.sim.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        gym.make(env_id, **kwargs)
+    msg = str(e.value)
+    assert msg.startswith(f"{key}: got 1000000000; must be an integer in [1, {MAX_OBS_ROWS}]") and "\n" not in msg
+
+
+def test_a_huge_class_label_is_cut_in_its_line(tmp_path):
+    """A 1 MB label naming no class was echoed whole in the error line."""
+    from pdgym.envs.sim.classes import SLOClass
+    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
+    from pdgym.envs.sim.workload import make_workload
+
+    trace = tmp_path / "labelled.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,class\n0.0,100,5,chat\n0.5,200,6," + "g" * 2**20 + "\n")
+    with pytest.raises(ConfigError) as e:
+        make_workload(WorkloadConfig(trace=str(trace), num_requests=2, class_by="label",
+                                     classes=[SLOClass(name="chat"), SLOClass(name="batch")]), None)
+    msg = str(e.value)
+    assert msg.startswith("workload.trace: class label 'gggg") and "(1,048,578 characters)" in msg and len(msg) < 300
+
+
+def test_a_refused_trace_prints_its_line_without_the_warnings_before_it(tmp_path_factory, monkeypatch, capsys):
+    """3 rows for 10 requests warned "replaying 3 requests instead of 10", then the trace was refused (no class
+    column): two lines where the contract is one. (pytest records warnings itself, so the warning is looked for
+    in a record of its own, and the app's stderr is checked too.)"""
+    import warnings
+
+    from pdgym.envs.sim.classes import SLOClass
+    from pdgym.envs.sim.config import ConfigError, WorkloadConfig
+    from pdgym.envs.sim.workload import WorkloadWarning, make_workload
+
+    trace = tmp_path_factory.mktemp("trace") / "short.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,5\n1.0,20,6\n2.0,30,7\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ConfigError, match="has no class column"):
+            make_workload(WorkloadConfig(trace=str(trace), num_requests=10, class_by="label",
+                                         classes=[SLOClass(name="a"), SLOClass(name="b")]), None)
+    assert not [w for w in seen if issubclass(w.category, WorkloadWarning)]
+    run = tmp_path_factory.mktemp("cwd")
+    code, err, lines = _fail_in_process("pdgym-sim", [
+        f"workload.trace={trace}", "workload.num_requests=10", "workload.class_by=label",
+        "workload.classes=[{name: a}, {name: b}]"], run, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1 and "has no class column" in lines[0], err
+    assert os.listdir(run) == []
+
+
+def test_a_workload_that_builds_still_warns_once(tmp_path):
+    """The held warnings are issued once the workload is built (and once per place, as before)."""
+    import warnings
+
+    from pdgym.envs.sim.config import WorkloadConfig
+    from pdgym.envs.sim.workload import WorkloadWarning, make_workload
+
+    trace = tmp_path / "short.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0.0,10,5\n1.0,20,6\n2.0,30,7\n")
+    with pytest.warns(WorkloadWarning, match="replaying 3 requests instead of 10"):
+        make_workload(WorkloadConfig(trace=str(trace), num_requests=10), None)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            make_workload(WorkloadConfig(trace=str(trace), num_requests=10), None)
+    assert len([w for w in seen if issubclass(w.category, WorkloadWarning)]) <= 1
+
+
+def test_eval_takes_final_model_when_best_model_zip_is_a_folder(tmp_path):
+    """A folder at best_model.zip was refused as no regular file: the run's final model is the next to take."""
+    from pdgym.agents.evaluation.candidates import model_file
+
+    (tmp_path / "best_model.zip").mkdir()
+    (tmp_path / "final_model.zip").write_bytes(b"PK\x05\x06" + bytes(18))
+    assert model_file(tmp_path) == tmp_path / "final_model.zip"

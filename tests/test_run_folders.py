@@ -544,3 +544,59 @@ def test_repro_neither_moves_nor_deletes_another_apps_run(where, tmp_path, monke
                             tmp_path, monkeypatch, capsys)
     _one_line(code, lines, err, "pdgym-repro", "is a pdgym-sim run folder")
     assert _tree(tmp_path) == before
+
+
+# --------------------------------------------------------------------------- a multirun's jobs, every one (issue 47)
+@pytest.mark.parametrize("argv, words", [
+    # every job's folder inside the sweep folder, and its own (subdir=../../escape wrote each job over the last,
+    # outside the sweep folder, exit 0)
+    (["-m", "seed=0,1", "hydra.sweep.dir=W/out", "hydra.sweep.subdir=../../escape"], "hydra.sweep.subdir: job 0's"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=W/out", "hydra.sweep.subdir=/tmp/elsewhere"], "not a folder inside"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=W/out", "hydra.sweep.subdir=same"], "jobs 0 and 1 would share"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=W/out", "hydra.sweep.subdir=."], "not a folder inside"),
+    (["-m", "seed=0,1", "hydra.sweep.dir=W/out", "hydra.output_subdir=../x"], "hydra.output_subdir"),
+    (["hydra.run.dir=W/run", "hydra.output_subdir=../../x"], "hydra.output_subdir"),
+    # sweeps Hydra's basic sweeper cannot take: one line, not a traceback (101 lines; an uncaught HydraException)
+    (["-m", "seed=range(0,300),abc"], "seed=range(0,300),abc: cannot list this sweep's values"),
+    (["-m", "seed=interval(0,1)"], "seed=interval(0,1): an interval sweep needs a sweeper"),
+    # checked whole before the first job: the bad value of the first axis found at once (300 jobs ran first)
+    (["-m", "workload.num_requests=1,abc", "seed=range(0,300)"], "workload.num_requests: got 'abc'"),
+    # a bound on the number of jobs, refused before any job is composed
+    (["-m", "seed=range(0,10001)"], "10,001 jobs, more than hydra.callbacks.pdgym.max_jobs=10,000"),
+    (["-m", "seed=0,1,2", "hydra.callbacks.pdgym.max_jobs=2"], "3 jobs, more than hydra.callbacks.pdgym.max_jobs=2"),
+    (["-m", "seed=0,1", "hydra.callbacks.pdgym.max_jobs=0"], "hydra.callbacks.pdgym.max_jobs: got 0"),
+])
+def test_multirun_jobs_are_checked_whole_and_kept_in_their_folder(argv, words, tmp_path, monkeypatch, capsys):
+    code, lines, err = _run("pdgym-sim", argv, tmp_path, monkeypatch, capsys)
+    _one_line(code, lines, err, "pdgym-sim", words)
+    assert os.listdir(tmp_path) == []
+
+
+def test_job_folders_checked_are_the_folders_hydra_makes(tmp_path, monkeypatch, capsys):
+    """The folder the front door computes for each job (its number and override_dirname, a job beyond the first
+    re-applied onto the first's config) is the one Hydra's launcher then creates: a check of other paths would
+    prove nothing."""
+    from pdgym.agents import front_door
+
+    seen = {}
+    real = front_door.check_job_folders
+    monkeypatch.setattr(front_door, "check_job_folders",
+                        lambda sweep, subdirs, every: (seen.update(subdirs), real(sweep, subdirs, every)))
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sw"
+    importlib.import_module("pdgym.agents.apps.sim").main(
+        ["-m", "seed=0,1", "workload.num_requests=20,21", "plots=false", f"hydra.sweep.dir={sweep}"])
+    capsys.readouterr()
+    made = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert sorted(seen.values()) == made and len(made) == 4
+    assert seen[1] == "1_plots=False,seed=0,workload.num_requests=21"  # Hydra's numbering: the last axis fastest
+
+
+def test_a_leaderboard_inside_another_apps_run_folder_is_refused(tmp_path, monkeypatch, capsys):
+    """out_dir inside a pdgym-sim run folder nested a board among the run's results."""
+    run = tmp_path / "simrun"
+    run_folder.claim(run, "hydra.run.dir", "pdgym-sim").release()
+    for out in (run, run / "boards"):
+        code, lines, err = _run("pdgym-leaderboard", [f"out_dir={out}"], tmp_path, monkeypatch, capsys)
+        _one_line(code, lines, err, "pdgym-leaderboard", "out_dir:", "another app's run folder")
+    assert sorted(os.listdir(run)) == [MARKER]

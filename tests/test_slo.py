@@ -310,3 +310,59 @@ def test_a_board_ranks_by_a_per_class_metric_in_its_direction():
     ranked = {p: list(dict.fromkeys(summarise(runs, [b], [p]).policy)) for p, b in boards.items()}
     # sjf would win both, but one of its seeds stopped early: no mean, last
     assert ranked == {"slo_attainment_chat": ["edf", "fcfs", "sjf"], "ttft_p99_chat": ["edf", "fcfs", "sjf"]}
+
+
+# --------------------------------------------------------------------------- numbers that cannot overflow (issue 47)
+def test_lognormal_predictions_stay_in_range_where_exp_overflows():
+    """At sigma = 10 a 4-sd draw scales a length of 1000 by e^40 (2e20): past int64, the cast wrapped to -2**63,
+    which SJF served first. Clipped in float, every prediction is a length in [1, MAX_PREDICTION], and the order
+    of the predictions is the order of the floats they came from wherever neither is clipped."""
+    from pdgym.envs.sim.prediction import MAX_PREDICTION
+
+    out = np.full(20000, 1000, dtype=np.int64)
+    pred = predict_lengths(PredictorConfig(kind="lognormal", sigma=10.0), out, np.random.default_rng(0))
+    assert pred.min() == 1 and pred.max() == MAX_PREDICTION  # both clips reached by this many draws
+    z = np.random.default_rng(0).standard_normal(20000)
+    inside = (pred > 1) & (pred < MAX_PREDICTION)
+    assert inside.any() and np.all(np.diff(pred[inside][np.argsort(z[inside])]) >= 0)
+
+
+@pytest.mark.parametrize("over, key, words", [
+    ({"predictor": {"kind": "lognormal", "sigma": 1000.0}}, "workload.predictor.sigma", "allowed [0, 10]"),
+    ({"predictor": {"kind": "lognormal", "sigma": 60.0}}, "workload.predictor.sigma", "no rank signal"),
+    ({"predictor": {"kind": "buckets", "buckets": 1_000_000_000}}, "workload.predictor.buckets", "[2, 1000]"),
+    ({"classes": [{"name": f"c{i}", "share": 1 / 200} for i in range(200)]}, "workload.classes", "at most 128"),
+    ({"class_by": "prompt", "classes": [{"name": "a", "max_prompt": 1000}, {"name": "b", "max_prompt": 500}]},
+     "workload.classes[1].max_prompt", "must be null"),
+    ({"class_by": "prompt", "classes": [{"name": "a", "max_prompt": 900}, {"name": "b", "max_prompt": 300},
+                                        {"name": "c"}]}, "workload.classes", "strictly increase"),
+    ({"classes": [{"name": "x" * 1_000_000, "share": 0.5}, {"name": "x" * 1_000_000, "share": 0.5}]},
+     "workload.classes[1].name", "(1,000,002 characters)"),
+])
+def test_bounds_that_kept_numbers_from_wrapping_are_one_line(over, key, words):
+    """sigma=1000 (or 60 with SJF) overflowed exp; 1e9 buckets asked for 7.45 GiB; 200 classes wrapped int8 class
+    codes; a decreasing max_prompt was ignored; a 1 MB name was echoed whole."""
+    with pytest.raises(ConfigError) as e:
+        Simulator(coloc({"workload": over}), seed=0)
+    msg = str(e.value)
+    assert msg.startswith(f"{key}:") and words in msg and "\n" not in msg and len(msg) < 400, msg[:300]
+
+
+def test_max_classes_is_what_int8_codes_hold():
+    """128 classes (codes 0-127) run with every code intact; 129 are refused (above, one line)."""
+    from pdgym.envs.sim.classes import MAX_CLASSES
+
+    assert MAX_CLASSES == 128
+    tiers = [{"name": f"c{i}", "share": 1 / 128} for i in range(128)]
+    r = simulate(coloc({"workload": {"classes": tiers, "num_requests": 400}}), None, seed=0).requests
+    assert set(r["class"].astype(str)) <= {t["name"] for t in tiers} and r["class"].cat.codes.min() >= 0
+
+
+def test_prefill_admit_with_more_classes_than_codes_is_refused_at_make():
+    """PrefillAdmit-v0 with 200 classes reset and stepped on wrapped class codes."""
+    import gymnasium as gym
+    import pdgym.envs  # noqa: F401
+
+    tiers = "[" + ",".join(f"{{name: c{i}, share: 0.005}}" for i in range(200)) + "]"
+    with pytest.raises(ConfigError, match=r"^workload.classes: 200 classes; at most 128"):
+        gym.make("pdgym/PrefillAdmit-v0", scenario="slo_pd_tiers", overrides=[f"workload.classes={tiers}"]).reset(seed=0)

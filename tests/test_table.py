@@ -98,3 +98,53 @@ def test_a_group_with_a_stalled_eval_job_is_marked_has_no_mean_and_exits_1(tmp_p
     assert row.stalled == 1 and math.isnan(row.imbalance_mean) and row.rejected > 0  # the counts stay
     ok = sweep_table.main([str(tmp_path), "imbalance_mean", "--allow-stalled"])
     assert ok.stalled.tolist() == [1] and math.isnan(ok.imbalance_mean[0])
+
+
+# --------------------------------------------------------------------------- values a mean cannot be taken over (issue 47)
+def _eval_job(root: Path, i: int, per_seed: dict) -> None:
+    job = _job(root, i, [f"policy=p{i}"])
+    means = {"imbalance_mean": {"mean": 1.0}}
+    (job / "metrics.json").write_text(json.dumps({"metrics": means, "per_seed": per_seed}))
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"objective": float("nan"), "val_final": {}}, "holds nan for objective"),
+    ({"objective": float("inf"), "val_final": {}}, "holds inf for objective"),
+    ({"objective": None, "val_final": {}}, "holds null (missing) for objective"),
+])
+def test_a_non_finite_or_missing_value_is_one_line_and_no_table(doc, words, tmp_path, capsys):
+    """pdgym-table wrote sweep_table.csv over NaN, inf or null and exited 0: the interval skips them, so the mean
+    of the values left passed for one over every job."""
+    (_job(tmp_path, 0, ["seed=0"]) / "metrics.json").write_text(json.dumps({"objective": 1.0, "val_final": {}}))
+    (_job(tmp_path, 1, ["seed=1"]) / "metrics.json").write_text(json.dumps(doc))
+    with pytest.raises(SystemExit) as exc:
+        sweep_table.main([str(tmp_path), "objective"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "sweep_table.csv").exists()
+
+
+@pytest.mark.parametrize("seeds, words", [
+    ({"0": {"imbalance_mean": 1.0}, "1": {}}, "null (missing) for imbalance_mean in per_seed (seed #1)"),
+    ({"0": {"imbalance_mean": float("nan")}, "1": {"imbalance_mean": 1.0}}, "nan for imbalance_mean in per_seed"),
+    ({"0": {"imbalance_mean": 1.0}, "1": {"imbalance_mean": float("-inf")}}, "-inf for imbalance_mean in per_seed"),
+])
+def test_a_missing_or_non_finite_per_seed_value_is_one_line(seeds, words, tmp_path, capsys):
+    _eval_job(tmp_path, 0, seeds)
+    with pytest.raises(SystemExit) as exc:
+        sweep_table.main([str(tmp_path), "imbalance_mean"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "sweep_table.csv").exists()
+
+
+def test_a_folder_at_the_tables_name_and_no_arguments_are_one_line(tmp_path, capsys):
+    (_job(tmp_path, 0, ["seed=0"]) / "metrics.json").write_text(json.dumps({"objective": 1.0, "val_final": {}}))
+    (tmp_path / "sweep_table.csv").mkdir()
+    for argv, words in (([str(tmp_path)], "sweep_table.csv is not a regular file"), ([], "DIR: missing; usage:")):
+        with pytest.raises(SystemExit) as exc:
+            sweep_table.main(argv)
+        err = capsys.readouterr()
+        lines = err.err.strip().splitlines()
+        assert exc.value.code == 2 and len(lines) == 1 and words in lines[0] and err.out == "", err
+    assert (tmp_path / "sweep_table.csv").is_dir()

@@ -163,6 +163,13 @@ def check_config(cfg: dict) -> dict:
     if not isinstance(cfg.get("out_dir"), str) or not cfg["out_dir"].strip():
         raise ConfigError(f"out_dir: {'empty' if cfg.get('out_dir') in ('', None) else repr(cfg['out_dir'])}; give "
                           "the folder that holds the boards (default runs/leaderboard)")
+    out = Path(os.path.abspath(Path(str(cfg["out_dir"])).expanduser()))
+    for d in (out, *out.parents):  # a board nested in another app's run (a pdgym-sim run's files beside it)
+        try:
+            run_folder.check_owner(d, "out_dir", "pdgym-leaderboard")
+        except ConfigError:
+            raise ConfigError(f"out_dir: {cfg['out_dir']!r} is {'' if d == out else f'inside {d}, '}another app's run "
+                              "folder; a board's folder is one of its own (default runs/leaderboard)") from None
     latest = Path(str(cfg.get("out_dir"))) / "latest"
     if os.path.lexists(latest) and not latest.is_symlink():
         raise ConfigError(f"out_dir: {latest} exists and is not the board's link; pdgym will not replace it: move it "

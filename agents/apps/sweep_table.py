@@ -10,8 +10,9 @@ is grouped by its overrides minus `seed`; per group and metric: mean, 95% percen
 interval of the mean over seeds (inside [min, max] of the values, so never below zero for a
 non-negative metric), the number of jobs and of seeds. A job's values are pdgym-sim's metric, each of a
 pdgym-eval job's seeds (its per_seed values: one job of 3 seeds is 3 values, not their mean alone) or pdgym-train's
-best validation value (`objective`) and final validation metrics. A metric the jobs lack is one line, exit 2.
-Writes DIR/sweep_table.csv and prints the table.
+best validation value (`objective`) and final validation metrics. A metric the jobs lack is one line, exit 2, and
+so is a null, NaN or infinite value of a job or of one of its seeds (a mean over the values left would pass for one
+over all); no table is written then. Writes DIR/sweep_table.csv and prints the table.
 
 A stall is never hidden (agents/evaluation/stalls.py): a group holding a pdgym-eval job with a stopped-early seed
 has no mean for any metric but the counts and times (its cells say STALLED (k/n jobs); the csv's `stalled` column
@@ -36,6 +37,7 @@ from pdgym.envs.sim.validation import did_you_mean
 STALLED = "stalled"  # a job row's count of stopped-early seeds (pdgym-eval's stopped_early); a group row's of such jobs
 PER_SEED = "per_seed"  # a pdgym-eval job row's {metric: its seeds' values}: the group's interval is over those seeds
 ALLOW = "--allow-stalled"
+TABLE = "sweep_table.csv"  # what pdgym-table writes into DIR
 DEFAULT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "throughput_tok_s", "imbalance_mean")
 
 
@@ -91,18 +93,37 @@ def read_jobs(sweep_dir: Path) -> tuple[list[tuple[Path, dict]], int]:
     return jobs, skipped
 
 
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def check_metrics(jobs: list[tuple[Path, dict]], metrics: list[str]) -> None:
-    """Every chosen metric in every job, a number (null: not measured); a job without it, or with a string or a
-    list there, is one line naming its file: a mean over the jobs that have it would pass for one over all."""
+    """Every chosen metric in every job, and each of a pdgym-eval job's seeds, a finite number: a job without it,
+    with a string or a list there, or (a job with no stalled seed) with null, NaN or an infinity, is one line naming
+    its file, since a mean over the values that are left would pass for one over all (the interval skips them). A
+    stalled job's values may be missing: its group's cells say STALLED, with no mean."""
     for path, row in jobs:
+        stalled = bool(row.get(STALLED))
         for m in metrics:
             v = row.get(m)
             if m not in row or isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
                 got = "has none" if m not in row else f"holds {str(v)[:40]!r}, not a number"
                 raise ConfigError(f"metric: {path} {got} for {m}")
-            for x in (row.get(PER_SEED) or {}).get(m) or []:  # a pdgym-eval job's seeds, which the interval reads
+            per = (row.get(PER_SEED) or {}).get(m) or []
+            for x in per:  # a pdgym-eval job's seeds, which the interval reads
                 if isinstance(x, bool) or not isinstance(x, (int, float, type(None))):
                     raise ConfigError(f"metric: {path} per_seed holds {str(x)[:40]!r} for {m}, not a number")
+            if stalled:
+                continue
+            bad = next(((f" in per_seed (seed #{i})", x) for i, x in enumerate(per) if not _finite(x)), None)
+            if bad is None and not _finite(v):
+                bad = ("", v)
+            if bad is not None:
+                where, x = bad
+                what = "null (missing)" if x is None else repr(x)
+                raise ConfigError(f"metric: {path} holds {what} for {m}{where}; a table needs a finite value from "
+                                  "every job and seed (a mean over the others "
+                                  "would pass for one over all): rerun that job, or leave the metric out")
 
 
 def table(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -147,12 +168,19 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     argv = sys.argv[1:] if argv is None else list(argv)
     allow = ALLOW in argv
     argv = [a for a in argv if a != ALLOW]
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
         print((__doc__ or "").strip())
-        raise SystemExit(0 if argv else 2)
+        raise SystemExit(0)
+    if not argv:
+        fail(app, f"DIR: missing; usage: {app} DIR [metric ...] [{ALLOW}] (DIR: a multirun's hydra.sweep.dir; "
+                  "--help says more)")
     sweep_dir = Path(argv[0])
     if not sweep_dir.is_dir():
         fail(app, f"DIR: {str(sweep_dir)!r} is not a folder (give a multirun's hydra.sweep.dir)")
+    target = sweep_dir / TABLE
+    if os.path.lexists(target) and (target.is_symlink() or not target.is_file()):
+        fail(app, f"DIR: {target} is {'a link' if target.is_symlink() else 'not a regular file'}, where "
+                  f"{app} writes its table; move it away")
     try:
         jobs, skipped = read_jobs(sweep_dir)
     except ConfigError as exc:
@@ -176,15 +204,18 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     except ConfigError as exc:
         fail(app, str(exc))
     out = table(runs, metrics)
-    with atomic_path(sweep_dir / "sweep_table.csv") as tmp:
-        out.to_csv(tmp, index=False)
+    try:
+        with atomic_path(target) as tmp:
+            out.to_csv(tmp, index=False)
+    except ConfigError as exc:
+        fail(app, str(exc))
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(shown(out, metrics).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     note = f"; {skipped} incomplete job(s) skipped" if skipped else ""
     few = int(out.seeds.max()) <= 2
     how = ("*_ci_low / *_ci_high: with 2 seeds or fewer, their [min, max] (an interval needs more seeds)" if few
            else "*_ci_low / *_ci_high: 95% percentile-bootstrap interval of the mean over seeds")
-    print(f"{len(runs)} jobs in {len(out)} groups{note}; {how}; table in {sweep_dir / 'sweep_table.csv'}")
+    print(f"{len(runs)} jobs in {len(out)} groups{note}; {how}; table in {target}")
     stalled = [str(g) for g, n in zip(out.group, out[STALLED]) if n]
     if stalled and not allow:
         print(f"{app}: {len(stalled)} group(s) hold a job with a stopped-early seed ({', '.join(stalled[:4])}"

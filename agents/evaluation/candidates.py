@@ -60,13 +60,14 @@ def env_module(env_id: str, key: str = "env.id"):
 
 def model_file(path: Path) -> Path:
     """A model zip, or the best (else final, else last checkpoint) model of a training run directory; a model
-    the run directory names must be a regular file inside it (no symlink out of it, no device)."""
+    the run directory names must be a regular file inside it (no symlink out of it, no device); a folder at a
+    model's name is no model: the next is taken."""
     from pdgym.agents.learned.model_store import MAX_MODEL_BYTES, latest_complete
 
     if not path.is_dir():
         return safe_files.check_regular_file(path, MAX_MODEL_BYTES, "policy")
     for name in ("best_model.zip", "final_model.zip"):
-        if os.path.lexists(path / name):
+        if os.path.lexists(path / name) and not ((path / name).is_dir() and not (path / name).is_symlink()):
             return safe_files.check_regular_file(path / name, MAX_MODEL_BYTES, "policy", within=path)
     ckpt = latest_complete(path / "checkpoints")
     if ckpt is not None:

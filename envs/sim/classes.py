@@ -24,12 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .validation import check, is_num
+from .validation import check, is_num, shown
 
 __all__ = ["CLASS_BY", "ClassTable", "SLOClass", "assign_classes", "class_table", "label_classes"]
 
 CLASS_BY = ("share", "prompt", "trace", "label")
 DEFAULT_CLASS = "default"
+# requests' class codes are int8 (a byte a request, like their state and reason codes): codes 0..127. Tiers are a
+# handful in any serving system, so the count is bounded rather than the codes widened; above it the codes wrapped.
+MAX_CLASSES = int(np.iinfo(np.int8).max) + 1
 
 
 @dataclass
@@ -78,12 +81,14 @@ def validate_classes(classes: list[SLOClass] | None, class_by: str, key: str = "
     check(class_by in CLASS_BY, f"{key}.class_by", f"got {class_by!r}; allowed: {', '.join(CLASS_BY)}")
     if not classes:
         return
-    check(isinstance(classes, list), f"{key}.classes", f"got {classes!r}; must be a list of classes")
+    check(isinstance(classes, list), f"{key}.classes", f"got {shown(classes)}; must be a list of classes")
+    check(len(classes) <= MAX_CLASSES, f"{key}.classes",
+          f"{len(classes)} classes; at most {MAX_CLASSES} (a request's class code is one byte)")
     seen: set[str] = set()
     for i, c in enumerate(classes):
         k = f"{key}.classes[{i}]"
-        check(isinstance(c.name, str) and c.name != "", f"{k}.name", f"got {c.name!r}; must be a non-empty string")
-        check(c.name not in seen, f"{k}.name", f"duplicate class name {c.name!r}; class names must be distinct")
+        check(isinstance(c.name, str) and c.name != "", f"{k}.name", f"got {shown(c.name)}; must be a non-empty string")
+        check(c.name not in seen, f"{k}.name", f"duplicate class name {shown(c.name)}; class names must be distinct")
         seen.add(c.name)
         for f in ("ttft_s", "tpot_s"):
             if getattr(c, f) is not None:
@@ -94,7 +99,11 @@ def validate_classes(classes: list[SLOClass] | None, class_by: str, key: str = "
             _finite_positive(c.share, f"{k}.share", allow_zero=True)
         if class_by == "prompt" and i < len(classes) - 1:
             check(isinstance(c.max_prompt, int) and c.max_prompt >= 1, f"{k}.max_prompt",
-                  f"got {c.max_prompt!r}; class_by=prompt needs max_prompt >= 1 on every class but the last")
+                  f"got {shown(c.max_prompt)}; class_by=prompt needs max_prompt >= 1 on every class but the last")
+        if class_by == "prompt" and i == len(classes) - 1 and len(classes) > 1:
+            check(c.max_prompt is None, f"{k}.max_prompt",
+                  f"got {shown(c.max_prompt)}; the last class takes every longer prompt, so its max_prompt must be "
+                  "null (a bound there would be ignored)")
         if class_by == "trace":
             check(isinstance(c.trace, str) and c.trace != "", f"{k}.trace",
                   "class_by=trace needs a trace (a shipped name or a CSV path) per class")
@@ -103,8 +112,8 @@ def validate_classes(classes: list[SLOClass] | None, class_by: str, key: str = "
         check(abs(total - 1.0) <= 1e-9, f"{key}.classes", f"shares sum to {total:g}; they must sum to 1")
     if class_by == "prompt":
         bounds = [c.max_prompt for c in classes[:-1]]
-        check(bounds == sorted(bounds) and len(set(bounds)) == len(bounds), f"{key}.classes",
-              f"max_prompt {bounds} must increase from class to class")
+        check(all(a < b for a, b in zip(bounds, bounds[1:])), f"{key}.classes",
+              f"max_prompt {shown(bounds)} must strictly increase from class to class")
 
 
 def _frozen(values) -> np.ndarray:
@@ -146,7 +155,7 @@ def label_classes(classes: list[SLOClass], codes: np.ndarray, names: tuple[str, 
     index = {c.name: k for k, c in enumerate(classes)}
     allowed = ", ".join(index)
     for label in names:
-        check(label in index, key, f"class label {label!r} in column class names no class of workload.classes; "
-                                   f"allowed: {allowed}")
+        check(label in index, key, f"class label {shown(label)} in column class names no class of "
+                                   f"workload.classes; allowed: {allowed}")
     lut = np.array([index[label] for label in names], dtype=np.int8)
     return lut[codes]

@@ -8,7 +8,9 @@ these categories are formatted here, nothing is filtered or silenced).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 
 class PdgymWarning(UserWarning):
@@ -43,3 +45,26 @@ def install() -> None:
 
 
 install()
+
+
+@contextlib.contextmanager
+def held_warnings() -> Iterator[None]:
+    """The warnings shown in the block, shown only once it ends without an error: a run refused with one line
+    prints that line alone (a trace's "replaying 3 requests instead of 10" came before its refusal). Only the
+    showing is held: the filters decide as usual, at the time and place of each warning (once per place by
+    default; an "error" filter raises inside the block), so this changes no filter (warnings.catch_warnings would
+    reset every once-per-place registry). Held ones are shown through warnings' own last step (_showwarnmsg: the
+    hook `showwarning`, or the record of a catch_warnings / pytest.warns around the block)."""
+    held: list[warnings.WarningMessage] = []
+    saved = warnings.showwarning
+
+    def hold(message, category, filename, lineno, file=None, line=None):
+        held.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+
+    warnings.showwarning = hold
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
+    for w in held:
+        warnings._showwarnmsg(w)

@@ -26,11 +26,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .traces import MAX_TRACE_TOKENS
 from .validation import check, is_num
 
 __all__ = ["PREDICTOR_KINDS", "PredictorConfig", "kendall_tau", "predict_lengths"]
 
 PREDICTOR_KINDS = ("none", "oracle", "lognormal", "buckets")
+# sigma's bound: at sigma = 10 the predictions hold almost no rank signal (Kendall's tau (2/pi) arcsin(s / sqrt(s^2 +
+# sigma^2)) = 0.06 for outputs of log-sd s = 1), so nothing is lost to a sweep; beyond it exp(sigma z) leaves float64
+# (exp(710) = inf), and before the clip below the cast to int64 wrapped to -2**63 (served first by SJF).
+MAX_SIGMA = 10.0
+# buckets' bound: equal-probability classes of the run's output lengths; more than this leaves most buckets empty
+# for any workload pdgym runs (a bucket per 1,000th of the outputs is already finer than any length classifier),
+# and the per-bucket medians cost memory in proportion (1e9 buckets asked for 7.45 GiB).
+MAX_BUCKETS = 1000
+# a prediction is a request's output length: clipped (in float, before the cast) to what a request may hold
+MAX_PREDICTION = MAX_TRACE_TOKENS
 
 
 @dataclass
@@ -44,16 +55,18 @@ class PredictorConfig:
 
     def validate(self, key: str = "workload.predictor") -> None:
         check(self.kind in PREDICTOR_KINDS, f"{key}.kind", f"got {self.kind!r}; allowed: {', '.join(PREDICTOR_KINDS)}")
-        check(is_num(self.sigma) and math.isfinite(float(self.sigma)) and self.sigma >= 0, f"{key}.sigma",
-              f"got {self.sigma!r}; must be a finite number >= 0")
-        check(isinstance(self.buckets, int) and not isinstance(self.buckets, bool) and self.buckets >= 2,
-              f"{key}.buckets", f"got {self.buckets!r}; must be an integer >= 2")
+        check(is_num(self.sigma) and math.isfinite(float(self.sigma)) and 0 <= self.sigma <= MAX_SIGMA,
+              f"{key}.sigma", f"got {self.sigma!r}; allowed [0, {MAX_SIGMA:g}] (at {MAX_SIGMA:g} Kendall's tau is "
+                              "~0.06 already: no rank signal left to sweep)")
+        check(isinstance(self.buckets, int) and not isinstance(self.buckets, bool) and 2 <= self.buckets <= MAX_BUCKETS,
+              f"{key}.buckets", f"got {self.buckets!r}; must be an integer in [2, {MAX_BUCKETS}] (equal-probability "
+                                "classes of the run's output lengths; more leaves most of them empty)")
         check(is_num(self.confusion) and 0 <= self.confusion <= 1, f"{key}.confusion",
               f"got {self.confusion!r}; allowed [0, 1]")
 
 
 def predict_lengths(cfg: PredictorConfig, output: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-    """Predicted output length (int64, >= 1) of every request, or None for kind none."""
+    """Predicted output length (int64 in [1, MAX_PREDICTION]) of every request, or None for kind none."""
     kind = cfg.kind
     if kind == "none":
         return None
@@ -62,7 +75,7 @@ def predict_lengths(cfg: PredictorConfig, output: np.ndarray, rng: np.random.Gen
         return out.copy()
     if kind == "lognormal":
         z = rng.standard_normal(out.shape[0])
-        return np.maximum(np.rint(out * np.exp(float(cfg.sigma) * z)), 1).astype(np.int64)
+        return _lengths(out * np.exp(float(cfg.sigma) * z))
     k = int(cfg.buckets)
     edges = np.quantile(out, np.arange(1, k) / k)
     true_b = np.searchsorted(edges, out, side="right")
@@ -71,7 +84,13 @@ def predict_lengths(cfg: PredictorConfig, output: np.ndarray, rng: np.random.Gen
     pred_b = np.where(wrong, (true_b + shift) % k, true_b)
     med = np.array([np.median(out[true_b == b]) if (true_b == b).any() else np.nan for b in range(k)])
     fill = np.interp(np.arange(k), np.flatnonzero(~np.isnan(med)), med[~np.isnan(med)])  # an empty bucket
-    return np.maximum(np.rint(fill[pred_b]), 1).astype(np.int64)
+    return _lengths(fill[pred_b])
+
+
+def _lengths(x: np.ndarray) -> np.ndarray:
+    """Float predictions as lengths: rounded and clipped to [1, MAX_PREDICTION] while still float (inf included),
+    so the int64 cast never wraps (an overflowed exp once became -2**63, served first by SJF)."""
+    return np.clip(np.rint(x), 1, MAX_PREDICTION).astype(np.int64)
 
 
 def kendall_tau(predicted: np.ndarray | None, output: np.ndarray) -> float:

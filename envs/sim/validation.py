@@ -30,6 +30,15 @@ def check(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
+SHOWN_CHARS = 60  # a value quoted in an error line is cut here: a line stays one readable line (a 1 MB label did not)
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for an error line, cut to SHOWN_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
 def is_num(x: Any) -> bool:
     """A real number (not a bool, not NaN): what every numeric parameter must be."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and not math.isnan(x)

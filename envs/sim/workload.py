@@ -105,7 +105,7 @@ from pdgym.envs.sim.arrivals import ARRIVALS, LOOP_MODES, redraw, steps_schedule
 from pdgym.envs.sim.arrivals import arrivals as draw_arrivals
 from pdgym.envs.sim.classes import assign_classes, label_classes
 from pdgym.envs.sim.config import LengthConfig, WorkloadConfig
-from pdgym.envs.sim.notices import PdgymWarning
+from pdgym.envs.sim.notices import PdgymWarning, held_warnings
 from pdgym.envs.sim.prediction import predict_lengths
 from pdgym.envs.sim.traces import COLUMN_ALIASES, SHIPPED_TRACES, read_lengths, read_trace
 from pdgym.envs.sim.validation import ConfigError, check, check_choice, check_positive
@@ -264,10 +264,11 @@ def make_workload(cfg: WorkloadConfig, rng: np.random.Generator,
     rng = np.random.default_rng(rng)  # a Generator passes through unchanged
     check_choice(cfg.arrival, "workload.arrival", ARRIVALS.names() + LOOP_MODES)
     cfg.validate("workload")
-    if cfg.classes and cfg.class_by == "trace":
-        wl, cls = _merged_traces(cfg, rng)
-    else:
-        wl, cls = _traffic(cfg, rng), None
+    with held_warnings():  # a workload refused says so alone, without the warnings of its first steps
+        if cfg.classes and cfg.class_by == "trace":
+            wl, cls = _merged_traces(cfg, rng)
+        else:
+            wl, cls = _traffic(cfg, rng), None
     class_rng, pred_rng = np.random.default_rng(LABELS_SEED if labels_rng is None else labels_rng).spawn(2)
     if cls is None and wl.cls is None:  # class_by=label: the trace's rows brought theirs
         cls = assign_classes(cfg.classes, cfg.class_by, wl.prompt, class_rng)
