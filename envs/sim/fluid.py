@@ -151,6 +151,7 @@ class FluidCluster:
         self.ctx = ctx
         self.kv_per_req = rates.prompt_mean + rates.output_mean  # KV a request reserves by its end (preempt-free)
         self.table = DecodeTable(rates, float(ctx.min()), float(ctx.max()))
+        self._tau = 1.0  # mean seconds a request holds its decode slot, last sub-step (the occupancy estimate)
         self.last_step_s = np.zeros(shape)  # the decode step time of the last sub-step (TPOT signal)
         self.last_wait_s = np.zeros(shape)  # the prefill queue wait of the last sub-step (TTFT signal)
         self.last_decode_tps = np.zeros(shape)  # output tokens / s of the decode pool (HeteroScale's signal)
@@ -198,39 +199,41 @@ class FluidCluster:
         served_ok = served * ok
         t.prefilled += served
         t.ttft_ok += served_ok
-        self.dq += served
-        self.dq_ok += served_ok
-        # decode: admit into free slots, then progress; every request in the pool at the same step time
+        # decode: a pool of `slots` requests at once (batch limit or KV), each holding its slot for O steps. Over dt
+        # a slot serves several requests in turn, so completions are the unsaturated flow (every request in a slot,
+        # the inflow spread over dt), scaled down to the slot-seconds the pool has
         slots = self.decode_slots(n_d)
-        running = self.dr.sum(-1)
-        waiting = self.dq.sum(-1)
-        adm = np.clip((slots - running) / np.maximum(waiting, 1e-12), 0.0, 1.0)[..., None]
-        moved, moved_ok = self.dq * adm, self.dq_ok * adm
-        self.dq -= moved
-        self.dq_ok -= moved_ok
-        self.dr += moved
-        self.dr_ok += moved_ok
-        running = self.dr.sum(-1)
-        batch = running / np.maximum(n_d, 1e-9)
-        ctx = (self.dr * self.ctx).sum(-1) / np.maximum(running, 1e-12)
-        step_s = self.table(batch, np.where(running > 0, ctx, self.ctx.min()))
-        step_s = np.where(n_d > 0, step_s, np.inf)
+        old = self.dr + self.dq
+        old_ok = self.dr_ok + self.dq_ok
+        total = old.sum(-1) + served.sum(-1)
+        occ = np.minimum(slots, np.maximum(old.sum(-1), served.sum(-1) / dt * self._tau))  # Little: rate x time
+        batch = occ / np.maximum(n_d, 1e-9)
+        mix = old + served
+        ctx = (mix * self.ctx).sum(-1) / np.maximum(total, 1e-12)
+        step_s = np.where(n_d > 0, self.table(batch, np.where(total > 0, ctx, self.ctx[0])), np.inf)
         self.last_step_s = step_s
-        # a request finishes after its output's steps: the pool completes running / (O * step) requests per second
-        done = -np.expm1(-dt / (r.output_mean * step_s[..., None]))
-        fin = self.dr * done
-        fin_ok = self.dr_ok * done
-        self.dr -= fin
-        self.dr_ok -= fin_ok
-        tps = (running / step_s) if np.ndim(step_s) else running / step_s
-        self.last_decode_tps = np.where(n_d > 0, tps, 0.0)
-        # TPOT: the step time plus the wait for a slot (Little: waiting / admissions per s) over the output's tokens
-        rate = np.maximum(moved.sum(-1) / dt, 1e-9)
-        dwait = np.where(self.dq.sum(-1) > 1e-9, self.dq.sum(-1) / rate, 0.0)
-        room = r.tpot_s - step_s
+        tau = r.output_mean * step_s[..., None]  # seconds a request of the class holds its slot
+        self._tau = float((tau * mix).sum() / max(mix.sum(), 1e-12)) if np.ndim(step_s) == 0 else self._tau
+        x = dt / tau
+        e = -np.expm1(-x)
+        fin = old * e + served * np.where(x > 0, 1.0 - e / np.maximum(x, 1e-300), 0.0)
+        # each completion held its slot tau: the flow may use at most slots x dt slot-seconds (else the pool runs full)
+        used = (fin * tau).sum(-1)
+        fin = fin * np.minimum(1.0, slots * dt / np.maximum(used, 1e-12))[..., None]
+        ok_share = (old_ok + served_ok) / np.maximum(mix, 1e-12)
+        fin_ok = fin * ok_share
+        rest = mix - fin
+        rest_ok = (old_ok + served_ok) - fin_ok
+        keep = np.minimum(1.0, slots / np.maximum(rest.sum(-1), 1e-12))[..., None]
+        self.dr, self.dr_ok = rest * keep, rest_ok * keep
+        self.dq, self.dq_ok = rest - self.dr, rest_ok - self.dr_ok
+        self.last_decode_tps = np.where(n_d > 0, occ / step_s, 0.0)
+        # TPOT: the step time plus the wait for a slot (Little: waiting / completions per s) over the output's tokens
+        waiting = self.dq.sum(-1)
+        dwait = np.where(waiting > 1e-9, waiting * dt / np.maximum(fin.sum(-1), 1e-9), 0.0)
+        need = np.where(r.tpot_s > step_s, dwait / np.maximum(r.tpot_s - step_s, 1e-12) + 1.0, np.inf)
         tok_ok = np.empty_like(fin)
         for i, o in enumerate(r.out_sorted):  # outputs long enough that the wait spread over them fits
-            need = np.where(room > 0, dwait / np.maximum(room, 1e-12) + 1.0, np.inf)
             tok_ok[..., i] = 1.0 - np.searchsorted(o, need, side="left") / o.shape[0]
         good = fin_ok * tok_ok
         t.finished += fin
