@@ -54,7 +54,7 @@ class CapacityConfig:
         ratio = self.interval_s / self.substep_s
         check(abs(ratio - round(ratio)) < 1e-9 and round(ratio) >= 1, f"{key}.substep_s",
               f"got {self.substep_s}; interval_s ({self.interval_s}) must be a whole number of sub-steps")
-        check_int(self.gpu_budget, f"{key}.gpu_budget", lo=2)
+        check_int(self.gpu_budget, f"{key}.gpu_budget", lo=1)  # one of each role: CapacityModel
         check_float(self.price_per_gpu_s, f"{key}.price_per_gpu_s", lo=0.0)
         check_float(self.startup_s, f"{key}.startup_s", lo=0.0)
         check_float(self.host_to_hbm_gbps, f"{key}.host_to_hbm_gbps", lo=0.0, lo_open=True)

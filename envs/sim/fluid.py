@@ -151,7 +151,7 @@ class FluidCluster:
         self.ctx = ctx
         self.kv_per_req = rates.prompt_mean + rates.output_mean  # KV a request reserves by its end (preempt-free)
         self.table = DecodeTable(rates, float(ctx.min()), float(ctx.max()))
-        self._tau = 1.0  # mean seconds a request holds its decode slot, last sub-step (the occupancy estimate)
+        self._tau = np.ones(shape)  # mean seconds a request holds its decode slot, last sub-step (occupancy estimate)
         self.last_step_s = np.zeros(shape)  # the decode step time of the last sub-step (TPOT signal)
         self.last_wait_s = np.zeros(shape)  # the prefill queue wait of the last sub-step (TTFT signal)
         self.last_decode_tps = np.zeros(shape)  # output tokens / s of the decode pool (HeteroScale's signal)
@@ -213,7 +213,8 @@ class FluidCluster:
         step_s = np.where(n_d > 0, self.table(batch, np.where(total > 0, ctx, self.ctx[0])), np.inf)
         self.last_step_s = step_s
         tau = r.output_mean * step_s[..., None]  # seconds a request of the class holds its slot
-        self._tau = float((tau * mix).sum() / max(mix.sum(), 1e-12)) if np.ndim(step_s) == 0 else self._tau
+        held = mix.sum(-1)
+        self._tau = np.where((n_d > 0) & (held > 0), (tau * mix).sum(-1) / np.maximum(held, 1e-12), self._tau)
         x = dt / tau
         e = -np.expm1(-x)
         fin = old * e + served * np.where(x > 0, 1.0 - e / np.maximum(x, 1e-300), 0.0)
