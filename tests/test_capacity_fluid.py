@@ -66,3 +66,24 @@ def test_fluid_rates_follow_the_hardware():
     h200 = FluidRates(load_scenario("capacity_h100_qwen3_8b", ["hardware=h200"]).sim, classes)
     assert h200.kv_tokens > h100.kv_tokens  # 141 GB vs 80 GB of HBM
     assert h200.decode_step_s(128, 1000.0) < h100.decode_step_s(128, 1000.0)  # 4.8 vs 3.35 TB/s
+
+
+def test_scalar_path_matches_the_batched_one():
+    """The env's scalar step (Python floats) and the batched step (the DP's table) are the same model."""
+    import numpy as np
+    from pdgym.envs.sim.fluid import FluidCluster
+
+    sim = load_scenario("capacity_h100_qwen3_8b").sim
+    rates = FluidRates(sim, [ClassLengths.from_trace("conv", "azure_conv"), ClassLengths.from_trace("code", "azure_code")])
+    one, many = FluidCluster(rates), FluidCluster(rates, (1,))
+    rng = np.random.default_rng(0)
+    for k in range(300):  # through underload, overload (shedding), a decode pool that shrinks, and back
+        a = rng.poisson([30.0, 15.0] if k < 150 else [60.0, 40.0]) * 1.0
+        n_p, n_d = (3, 3) if k % 50 < 40 else (1, 1)
+        g1 = one.step(a, n_p, n_d, 5.0)
+        g2 = many.step(a[None], np.array([n_p]), np.array([n_d]), 5.0)
+        assert np.allclose(g1, g2[0], rtol=1e-9, atol=1e-9)
+    for name in ("pq_req", "dq", "dr", "dr_ok"):
+        assert np.allclose(getattr(one, name), getattr(many, name)[0], rtol=1e-9, atol=1e-9)
+    for f in ("arrived", "finished", "good", "rejected"):
+        assert np.allclose(getattr(one.totals, f), getattr(many.totals, f)[0], rtol=1e-9)

@@ -132,6 +132,8 @@ class CapacityRun:
         self.fault_rng = np.random.default_rng([seed, 4301])
         self.fleet = [Instance("P", "serve", 0.0) for _ in range(self.cfg.init_prefill)]
         self.fleet += [Instance("D", "serve", 0.0) for _ in range(self.cfg.init_decode)]
+        self._recount()
+        self._next_change = math.inf  # the earliest `until` of an instance not serving
         self.k = 0  # next sub-step of the traffic
         self.now = 0.0
         self.interval = 0
@@ -143,16 +145,25 @@ class CapacityRun:
         self.done = False
 
     # -- the fleet --------------------------------------------------------------------------------------------
+    def _recount(self) -> None:
+        """The fleet's counts by (role, state) and its GPUs, kept after every change (read many times a step)."""
+        c = dict.fromkeys(((r, s) for r in "PD" for s in ("serve", "boot", "flip", "drain")), 0)
+        for i in self.fleet:
+            c[i.role, i.state] += 1
+        self._counts = c
+        r = self.rates
+        self._gpus = (sum(v for (role, _), v in c.items() if role == "P") * r.gpus_prefill
+                      + sum(v for (role, _), v in c.items() if role == "D") * r.gpus_decode)
+
     def count(self, role: str, state: str = "serve") -> int:
-        return sum(1 for i in self.fleet if i.role == role and i.state == state)
+        return self._counts[role, state]
 
     def pending(self, role: str) -> int:
         """Instances on their way into `role` (booting or flipping into it)."""
-        return sum(1 for i in self.fleet if i.role == role and i.state in ("boot", "flip"))
+        return self._counts[role, "boot"] + self._counts[role, "flip"]
 
     def gpus(self) -> int:
-        r = self.rates
-        return sum(r.gpus_prefill if i.role == "P" else r.gpus_decode for i in self.fleet)
+        return self._gpus
 
     def mask(self) -> np.ndarray:
         """Allowed actions (ACTIONS order): no role left without a serving instance, the GPU budget kept."""
@@ -187,6 +198,8 @@ class CapacityRun:
             else:
                 inst = self._serving(role)
                 inst.state, inst.until = "drain", now + (self._migrate_s() if role == "D" else 0.0)
+        self._recount()
+        self._next_change = min((i.until for i in self.fleet if i.state != "serve"), default=math.inf)
 
     def _serving(self, role: str) -> Instance:
         return next(i for i in reversed(self.fleet) if i.role == role and i.state == "serve")
@@ -198,6 +211,8 @@ class CapacityRun:
         return kv / self.rates.kv_link_bw
 
     def _promote(self) -> None:
+        if self._next_change > self.now + 1e-9:
+            return
         keep = []
         for i in self.fleet:
             if i.state != "serve" and i.until <= self.now + 1e-9:
@@ -206,6 +221,8 @@ class CapacityRun:
                 i.state = "serve"
             keep.append(i)
         self.fleet = keep
+        self._recount()
+        self._next_change = min((i.until for i in self.fleet if i.state != "serve"), default=math.inf)
 
     def _fault(self, dt: float) -> None:
         p = self.cfg.fail_per_h * dt / 3600.0
@@ -216,6 +233,7 @@ class CapacityRun:
         if victim.role == "D":
             self.fluid.fail_decode(1.0 / self.count("D"))
         self.fleet.remove(victim)
+        self._recount()
         self.faults += 1
 
     # -- time -------------------------------------------------------------------------------------------------

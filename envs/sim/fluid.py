@@ -15,6 +15,8 @@ Calibrated against the engine at stationary points: tests/test_capacity_fluid.py
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +153,11 @@ class FluidCluster:
         self.ctx = ctx
         self.kv_per_req = rates.prompt_mean + rates.output_mean  # KV a request reserves by its end (preempt-free)
         self.table = DecodeTable(rates, float(ctx.min()), float(ctx.max()))
+        # the scalar path's constants as Python floats and lists
+        self._pm, self._om = rates.prompt_mean.tolist(), rates.output_mean.tolist()
+        self._ptok, self._ctx, self._kvr = rates.prefill_tok_s.tolist(), ctx.tolist(), self.kv_per_req.tolist()
+        self._service = [s.tolist() for s in rates.service]
+        self._out = [o.tolist() for o in rates.out_sorted]
         self._tau = np.ones(shape)  # mean seconds a request holds its decode slot, last sub-step (occupancy estimate)
         self.last_step_s = np.zeros(shape)  # the decode step time of the last sub-step (TPOT signal)
         self.last_wait_s = np.zeros(shape)  # the prefill queue wait of the last sub-step (TTFT signal)
@@ -168,6 +175,8 @@ class FluidCluster:
 
     def step(self, arrivals: np.ndarray, n_prefill: np.ndarray, n_decode: np.ndarray, dt: float) -> np.ndarray:
         """Advance dt seconds; returns the good requests finished per class in this step."""
+        if not self.shape:
+            return self._step1(arrivals, float(n_prefill), float(n_decode), dt)
         r, t = self.r, self.totals
         n_p = np.asarray(n_prefill, float)
         n_d = np.asarray(n_decode, float)
@@ -237,6 +246,78 @@ class FluidCluster:
         for i, o in enumerate(r.out_sorted):  # outputs long enough that the wait spread over them fits
             tok_ok[..., i] = 1.0 - np.searchsorted(o, need, side="left") / o.shape[0]
         good = fin_ok * tok_ok
+        t.finished += fin
+        t.good += good
+        return good
+
+    def _step1(self, arrivals, n_p: float, n_d: float, dt: float) -> np.ndarray:
+        """`step` of one cluster on Python floats (the env's path: NumPy's per-call overhead on two-element arrays was
+        most of a step): the same operations in the same order (tests/test_capacity_fluid.py compares the two)."""
+        r, t, C = self.r, self.totals, range(len(self.r.names))
+        a = [float(x) for x in arrivals]
+        pm, ptok, om = self._pm, self._ptok, self._om
+        pq_req, pq_tok = self.pq_req.tolist(), self.pq_tok.tolist()
+        work0 = sum(pq_tok[i] / ptok[i] for i in C)
+        cap = n_p * dt
+        limit = max(n_p, 1e-9) * self.max_wait_s
+        new_work = sum(a[i] * pm[i] / ptok[i] for i in C)
+        keep = min(max((limit + cap - work0) / max(new_work, 1e-12), 0.0), 1.0)
+        rej = [x * (1 - keep) for x in a]
+        a = [a[i] - rej[i] for i in C]
+        pq_req = [pq_req[i] + a[i] for i in C]
+        pq_tok = [pq_tok[i] + a[i] * pm[i] for i in C]
+        work = work0 + new_work * keep
+        frac = min(1.0, cap / max(work, 1e-12))
+        served = [x * frac for x in pq_req]
+        pq_req = [pq_req[i] - served[i] for i in C]
+        pq_tok = [x - x * frac for x in pq_tok]
+        wait = (work0 + max(work - cap, 0.0)) / (2 * max(n_p, 1e-9))
+        budget = r.ttft_s - r.net_s - wait
+        served_ok = [served[i] * bisect_right(self._service[i], budget) / len(self._service[i]) for i in C]
+        dr, dq, dr_ok, dq_ok = self.dr.tolist(), self.dq.tolist(), self.dr_ok.tolist(), self.dq_ok.tolist()
+        old = [dr[i] + dq[i] for i in C]
+        held0 = sum(old)
+        kv = sum((old[i] / held0 if held0 > 0 else 1.0 / len(old)) * self._kvr[i] for i in C)
+        slots = n_d * min(r.batch_limit, r.kv_tokens / kv)  # decode_slots on floats
+        old_ok = [dr_ok[i] + dq_ok[i] for i in C]
+        total = sum(old) + sum(served)
+        occ = min(slots, max(sum(old), sum(served) / dt * float(self._tau)))
+        batch = occ / max(n_d, 1e-9)
+        mix = [old[i] + served[i] for i in C]
+        ctx = sum(mix[i] * self._ctx[i] for i in C) / max(total, 1e-12)
+        step_s = float(self.table(batch, ctx if total > 0 else self._ctx[0])) if n_d > 0 else math.inf
+        tau = [om[i] * step_s for i in C]
+        held = sum(mix)
+        if n_d > 0 and held > 0:
+            self._tau = np.asarray(sum(tau[i] * mix[i] for i in C) / max(held, 1e-12))
+        fin = []
+        for i in C:
+            x = dt / tau[i]
+            e = -math.expm1(-x)
+            fin.append(old[i] * e + served[i] * ((1.0 - e / max(x, 1e-300)) if x > 0 else 0.0))
+        used = sum(fin[i] * tau[i] for i in C)
+        scale = min(1.0, slots * dt / max(used, 1e-12))
+        fin = [x * scale for x in fin]
+        fin_ok = [fin[i] * ((old_ok[i] + served_ok[i]) / max(mix[i], 1e-12)) for i in C]
+        rest = [mix[i] - fin[i] for i in C]
+        rest_ok = [(old_ok[i] + served_ok[i]) - fin_ok[i] for i in C]
+        keep = min(1.0, slots / max(sum(rest), 1e-12))
+        dr = [x * keep for x in rest]
+        dr_ok = [x * keep for x in rest_ok]
+        waiting = sum(rest[i] - dr[i] for i in C)
+        dwait = waiting * dt / max(sum(fin), 1e-9) if waiting > 1e-9 else 0.0
+        need = dwait / max(r.tpot_s - step_s, 1e-12) + 1.0 if r.tpot_s > step_s else math.inf
+        good = np.array([fin_ok[i] * (1.0 - bisect_left(self._out[i], need) / len(self._out[i])) for i in C])
+        self.pq_req, self.pq_tok = np.array(pq_req), np.array(pq_tok)
+        self.dr, self.dr_ok = np.array(dr), np.array(dr_ok)
+        self.dq = np.array([rest[i] - dr[i] for i in C])
+        self.dq_ok = np.array([rest_ok[i] - dr_ok[i] for i in C])
+        self.last_wait_s, self.last_step_s = np.asarray(wait), np.asarray(step_s)
+        self.last_decode_tps = np.asarray(occ / step_s if n_d > 0 else 0.0)
+        t.arrived += arrivals
+        t.rejected += rej
+        t.prefilled += served
+        t.ttft_ok += served_ok
         t.finished += fin
         t.good += good
         return good
