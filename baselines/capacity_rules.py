@@ -73,7 +73,7 @@ class ThresholdAutoscaler(CapacityRule):
     decode pool on its slot occupancy or a queue for slots; hysteresis band [lo, hi] and a cooldown."""
 
     name = "threshold"
-    GRID = {"hi": [0.6, 0.7, 0.8, 0.9], "lo": [0.3, 0.4, 0.5], "cooldown": [2, 4, 8]}
+    GRID = {"hi": [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], "lo": [0.3, 0.4, 0.5], "cooldown": [1, 2, 4]}
 
     def __init__(self, hi: float = 0.8, lo: float = 0.4, cooldown: int = 4):
         super().__init__(hi=hi, lo=lo, cooldown=cooldown)
@@ -111,7 +111,8 @@ class HeteroScale(CapacityRule):
     """Decode instances from the decode pool's measured token rate (its one signal), prefill at a fixed ratio."""
 
     name = "heteroscale"
-    GRID = {"tps_per_decode": [4000, 6000, 8000, 10000], "ratio": [1.0, 1.5, 2.0, 3.0], "headroom": [1.0, 1.2, 1.5]}
+    GRID = {"tps_per_decode": [6000, 8000, 10000, 12000, 14000], "ratio": [1.5, 2.0, 3.0, 4.0],
+            "headroom": [1.0, 1.2, 1.5]}
 
     def __init__(self, tps_per_decode: float = 8000.0, ratio: float = 1.5, headroom: float = 1.2):
         super().__init__(tps_per_decode=tps_per_decode, ratio=ratio, headroom=headroom)
@@ -131,7 +132,7 @@ class LendOnBurst(ThresholdAutoscaler):
     utilisation falls below `lo`."""
 
     name = "lend"
-    GRID = {"hi": [0.7, 0.8, 0.9], "lo": [0.3, 0.4, 0.5], "cooldown": [2, 4], "burst_wait": [0.25, 0.5],
+    GRID = {"hi": [0.8, 0.9, 0.95], "lo": [0.3, 0.4, 0.5], "cooldown": [2, 4], "burst_wait": [0.1, 0.25],
             "lend_occ": [0.5, 0.7]}
 
     def __init__(self, hi: float = 0.8, lo: float = 0.4, cooldown: int = 4, burst_wait: float = 0.25,

@@ -10,9 +10,10 @@ line (ConfigError), the episode's summary in info at its end.
 
 Observation (float32, OBS_NAMES): serving / booting / flipping counts per role and GPUs held (over the budget), the
 prefill wait and decode step (over their SLOs), decode occupancy and queue (over the pool's slots), arrivals per class
-(over the board's mean rate), the last interval's attainment, the time of day (sin, cos) and, with forecast=true, the
-day's calendar curve one cold start ahead (over the mean rate): what a forecaster of the diurnal shape would know
-(bursts and mix phases stay unknown). Reward: the interval's good requests minus price x GPU-seconds, over
+(over the board's mean rate), the last interval's attainment, the time of day (sin, cos), with forecast=true the
+day's calendar curve one cold start ahead (over the mean rate: what a forecaster of the diurnal shape would know;
+bursts and mix phases stay unknown), the prefill pool's utilisation and the decode pool's output tokens / s (the
+rules' signals). Reward: the interval's good requests minus price x GPU-seconds, over
 base_rps x interval_s (so a fully served interval at no cost is ~1).
 """
 
@@ -31,10 +32,11 @@ from pdgym.envs.sim.capacity_traffic import CAPACITY_SEEDS
 from pdgym.envs.sim.validation import ConfigError, check, did_you_mean
 
 ENV_ID = "pdgym/CapacityControl-v0"
+DECODE_TPS_SCALE = 1e4  # output tokens / s: the decode-TPS feature's unit (an H100 instance serves ~8-10K)
 MAX_EPISODE_STEPS = 600  # 240 intervals in a default episode (an hour at 15 s), x2.5 for longer boards
 OBS_NAMES = ("serve_p", "serve_d", "boot_p", "boot_d", "flip_to_p", "flip_to_d", "gpus", "prefill_wait",
              "decode_step", "decode_occupancy", "decode_queue", "arrivals_conv", "arrivals_code", "attainment",
-             "day_sin", "day_cos", "forecast")
+             "day_sin", "day_cos", "forecast", "prefill_util", "decode_tps")
 
 
 def board_names() -> list[str]:
@@ -126,7 +128,8 @@ class CapacityControlEnv(gym.Env):
              run.count("P", "flip") / b, run.count("D", "flip") / b, run.gpus() / b,
              s["prefill_wait_s"] / r.ttft_s, s["step_s"] / r.tpot_s if math.isfinite(s["step_s"]) else 10.0,
              s["decode_occupancy"], s["decode_queue"], arr[0], arr[1], min(att, 1.0),
-             math.sin(2 * math.pi * frac), math.cos(2 * math.pi * frac), cal if self.forecast else 0.0]
+             math.sin(2 * math.pi * frac), math.cos(2 * math.pi * frac), cal if self.forecast else 0.0,
+             s["prefill_util"], s["decode_tps"] / DECODE_TPS_SCALE]
         return np.clip(np.asarray(v, np.float32), -1.0, 10.0)
 
     def render(self):
