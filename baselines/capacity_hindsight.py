@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from pdgym.envs.sim.capacity import CapacityModel, CapacityRun
 from pdgym.envs.sim.fluid import FluidCluster
 

@@ -26,7 +26,6 @@ import sys
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.specs import register_specs
 
-
 # Envs whose decision point is not one of the engine's (POINTS): the capacity decision point runs on the fluid
 # model (envs/sim/fluid.py), so it has no pass-level policy protocol; (id, entry point, episode limit).
 STANDALONE_ENVS = (("pdgym/CapacityControl-v0", "pdgym.envs.capacity_control:CapacityControlEnv", 600),)

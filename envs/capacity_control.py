@@ -25,7 +25,6 @@ import math
 import gymnasium as gym
 import numpy as np
 from omegaconf import OmegaConf
-
 from pdgym.envs.scenario import load_scenario
 from pdgym.envs.sim.capacity import ACTIONS, CapacityModel, CapacityRun, capacity_config
 from pdgym.envs.sim.capacity_traffic import CAPACITY_SEEDS

@@ -8,8 +8,8 @@ import math
 
 import gymnasium as gym
 import numpy as np
-import pytest
 import pdgym.envs  # noqa: F401  (registers the ids)
+import pytest
 from gymnasium.utils.env_checker import check_env
 from pdgym.baselines.capacity_hindsight import DPHindsight, path_value, plan, transition_costs, window_table
 from pdgym.baselines.capacity_rules import CAPACITY_RULES
