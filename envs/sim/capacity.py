@@ -277,16 +277,17 @@ class CapacityRun:
     # -- what policies and the env read -----------------------------------------------------------------------
     def signals(self) -> dict:
         """What a reactive controller measures after an interval: each pool's load, the waits, the arrivals."""
-        fl, r = self.fluid, self.rates
+        fl = self.fluid
         sp, sd = self.count("P"), self.count("D")
         arr = self.last["arrivals"] / self.cfg.interval_s  # requests / s per class, last interval
-        slots = float(fl.decode_slots(max(sd, 1)))
+        a = arr.tolist()
+        slots = max(fl.slots_one(max(sd, 1)), 1e-9)
         return {"serve_p": sp, "serve_d": sd, "pending_p": self.pending("P"), "pending_d": self.pending("D"),
-                "prefill_util": float((arr * r.prompt_mean / r.prefill_tok_s).sum()) / max(sp, 1),
-                "prefill_wait_s": float(fl.last_wait_s), "decode_occupancy": float(fl.dr.sum()) / max(slots, 1e-9),
-                "decode_queue": float(fl.dq.sum()) / max(slots, 1e-9), "step_s": float(fl.last_step_s),
+                "prefill_util": sum(x * p / t for x, p, t in zip(a, fl._pm, fl._ptok)) / max(sp, 1),
+                "prefill_wait_s": float(fl.last_wait_s), "decode_occupancy": sum(fl.dr.tolist()) / slots,
+                "decode_queue": sum(fl.dq.tolist()) / slots, "step_s": float(fl.last_step_s),
                 "decode_tps": float(fl.last_decode_tps), "arrival_rps": arr,
-                "output_tps_demand": float((arr * r.output_mean).sum())}
+                "output_tps_demand": sum(x * o for x, o in zip(a, fl._om))}
 
     def summary(self) -> dict:
         """The episode's figures: reward, goodput, GPU-seconds, attainment per class, conservation terms."""

@@ -113,10 +113,26 @@ class DecodeTable:
         self.lo = rates.decode_step_s(self.b, ctx_lo)
         self.hi = rates.decode_step_s(self.b, self.hi_ctx)
 
+        self._b, self._lo, self._hi = self.b.tolist(), self.lo.tolist(), self.hi.tolist()
+
     def __call__(self, batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
         w = (ctx - self.lo_ctx) / (self.hi_ctx - self.lo_ctx)
         bb = np.maximum(batch, 1.0)
         return np.interp(bb, self.b, self.lo) * (1 - w) + np.interp(bb, self.b, self.hi) * w
+
+    def one(self, batch: float, ctx: float) -> float:
+        """__call__ on floats (np.interp's linear interpolation, clamped at the grid's ends)."""
+        b = self._b
+        x = batch if batch > 1.0 else 1.0
+        j = bisect_right(b, x)
+        if j >= len(b):
+            lo, hi = self._lo[-1], self._hi[-1]
+        else:
+            f = (x - b[j - 1]) / (b[j] - b[j - 1])
+            lo = self._lo[j - 1] + f * (self._lo[j] - self._lo[j - 1])
+            hi = self._hi[j - 1] + f * (self._hi[j] - self._hi[j - 1])
+        w = (ctx - self.lo_ctx) / (self.hi_ctx - self.lo_ctx)
+        return lo * (1 - w) + hi * w
 
 
 @dataclass
@@ -172,6 +188,16 @@ class FluidCluster:
         mix = np.where(dr[..., None] > 0, (self.dr + self.dq) / np.maximum(dr[..., None], 1e-12), 1.0 / self.dr.shape[-1])
         kv = (mix * self.kv_per_req).sum(-1)
         return n_decode * np.minimum(self.r.batch_limit, self.r.kv_tokens / kv)
+
+    def _slots(self, held: list[float], n_decode: float) -> float:
+        """decode_slots on floats, from the requests held (decoding + waiting) per class."""
+        h = sum(held)
+        kv = sum((x / h if h > 0 else 1.0 / len(held)) * k for x, k in zip(held, self._kvr))
+        return n_decode * min(self.r.batch_limit, self.r.kv_tokens / kv)
+
+    def slots_one(self, n_decode: float) -> float:
+        """decode_slots of an unbatched cluster, as a float."""
+        return self._slots([a + b for a, b in zip(self.dr.tolist(), self.dq.tolist())], n_decode)
 
     def step(self, arrivals: np.ndarray, n_prefill: np.ndarray, n_decode: np.ndarray, dt: float) -> np.ndarray:
         """Advance dt seconds; returns the good requests finished per class in this step."""
@@ -276,16 +302,14 @@ class FluidCluster:
         served_ok = [served[i] * bisect_right(self._service[i], budget) / len(self._service[i]) for i in C]
         dr, dq, dr_ok, dq_ok = self.dr.tolist(), self.dq.tolist(), self.dr_ok.tolist(), self.dq_ok.tolist()
         old = [dr[i] + dq[i] for i in C]
-        held0 = sum(old)
-        kv = sum((old[i] / held0 if held0 > 0 else 1.0 / len(old)) * self._kvr[i] for i in C)
-        slots = n_d * min(r.batch_limit, r.kv_tokens / kv)  # decode_slots on floats
+        slots = self._slots(old, n_d)
         old_ok = [dr_ok[i] + dq_ok[i] for i in C]
         total = sum(old) + sum(served)
         occ = min(slots, max(sum(old), sum(served) / dt * float(self._tau)))
         batch = occ / max(n_d, 1e-9)
         mix = [old[i] + served[i] for i in C]
         ctx = sum(mix[i] * self._ctx[i] for i in C) / max(total, 1e-12)
-        step_s = float(self.table(batch, ctx if total > 0 else self._ctx[0])) if n_d > 0 else math.inf
+        step_s = self.table.one(batch, ctx if total > 0 else self._ctx[0]) if n_d > 0 else math.inf
         tau = [om[i] * step_s for i in C]
         held = sum(mix)
         if n_d > 0 and held > 0:
