@@ -68,6 +68,8 @@ ROWS = [
     ("PrefillDispatch-v0 steps/s (allocation mode)", "prefill.env_allocation_steps_per_s", "rate", ">= 0.15",
      lambda r: r >= 0.15),
     ("PhaseBatching-v0 steps/s", "batching.env_steps_per_s_phase", "rate", ">= 0.15", lambda r: r >= 0.15),
+    ("CapacityControl-v0 steps/s (fluid model, 3 sub-steps a step)", "capacity.env_steps_per_s", "rate", ">= 0.1",
+     lambda r: r >= 0.1),
     ("PPO on DecodeRouting / PPO on CartPole (timesteps/s, 1 process)", "train.ratio_1proc_vs_cartpole", "abs",
      "", None),
     ("Peak memory, 1M requests (MB, own process)", "memory.peak_mb_1m", "abs", "<= 300", lambda v: v <= 300),

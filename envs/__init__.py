@@ -21,6 +21,10 @@ from __future__ import annotations
 from pdgym.envs.sim.points import POINTS
 from pdgym.envs.specs import register_specs
 
+# Envs whose decision point is not one of the engine's (POINTS): the capacity decision point runs on the fluid
+# model (envs/sim/fluid.py), so it has no pass-level policy protocol; (id, entry point, episode limit).
+STANDALONE_ENVS = (("pdgym/CapacityControl-v0", "pdgym.envs.capacity_control:CapacityControlEnv", 600),)
+
 
 def register_envs() -> None:
     """Register every formulation's id (envs/specs.py) and the env of every decision point with Gymnasium
@@ -34,3 +38,5 @@ def register_envs() -> None:
     register_specs(register)
     for p in POINTS.values():
         register(p.env_id, p.entry_point, p.max_episode_steps)
+    for env_id, entry, limit in STANDALONE_ENVS:
+        register(env_id, entry, limit)

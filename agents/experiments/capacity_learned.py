@@ -1,0 +1,111 @@
+"""A learned capacity controller (issue 43 item 3): behaviour cloning of the board's best tuned rule, then masked
+PPO, on the training days; evaluated against that rule on the held-out days 10-14, paired (docs/results.md,
+"Elastic P/D capacity").
+
+The env is pdgym/CapacityControl-v0 on `repro.board` with the calendar forecast in the observation (forecast=true:
+the day's diurnal curve a cold start ahead; bursts and mix phases stay unknown). BC: `repro.bc_days` x the rule's
+decisions (obs, action), cross-entropy on the masked policy for `repro.bc_epochs`. PPO (sb3-contrib MaskablePPO)
+continues from the cloned policy for `repro.ppo_steps` timesteps on the training days 0-9. Both the cloned and the
+fine-tuned policy play the held-out days deterministically; differences of the episode reward against the rule are
+paired by day with 95% bootstrap intervals. The model zip is written to the run folder (model.zip).
+
+    pdgym-repro capacity_learned repro.board=diurnal_bursts
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from pdgym.agents.evaluation.stats import interval, paired_ratio
+from pdgym.baselines.capacity_rules import CAPACITY_RULES
+from pdgym.envs.capacity_control import CapacityControlEnv
+from pdgym.envs.sim.capacity_traffic import CAPACITY_SEEDS
+from sb3_contrib import MaskablePPO
+
+from .capacity_room import play
+from .harness import Experiment, experiment
+
+
+def rule_dataset(env: CapacityControlEnv, rule, days: list[int]):
+    """The rule's decisions through the env: observations, actions, masks."""
+    obs, act, masks = [], [], []
+    for d in days:
+        o, _ = env.reset(options={"day": d})
+        rule.reset(env.run)
+        done = False
+        while not done:
+            a = rule.act(env.run)
+            obs.append(o)
+            act.append(a)
+            masks.append(env.action_masks())
+            o, _, done, _, _ = env.step(a)
+    return np.array(obs), np.array(act), np.array(masks)
+
+
+def clone(model: MaskablePPO, obs, act, masks, epochs: int, seed: int) -> float:
+    """Cross-entropy of the masked policy on the rule's actions; returns the final accuracy."""
+    pol = model.policy
+    opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
+    o = torch.as_tensor(obs, dtype=torch.float32)
+    a = torch.as_tensor(act)
+    m = torch.as_tensor(masks)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(o), generator=g).split(256):
+            _, logp, _ = pol.evaluate_actions(o[idx], a[idx], action_masks=m[idx])
+            loss = -logp.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        dist = pol.get_distribution(o, action_masks=m.numpy())
+        return float((dist.distribution.probs.argmax(-1) == a).float().mean())
+
+
+def play_agent(env: CapacityControlEnv, model: MaskablePPO, day: int) -> dict:
+    o, _ = env.reset(options={"day": day})
+    done = False
+    while not done:
+        a, _ = model.predict(o, action_masks=env.action_masks(), deterministic=True)
+        o, _, done, _, info = env.step(int(a))
+    return info["summary"]
+
+
+@experiment
+def run(exp: Experiment) -> dict:
+    p = exp.p
+    board = str(p.board)
+    ref_cls = CAPACITY_RULES[str(p.reference.name)]
+    ref_params = dict(p.reference.params)
+    train = CapacityControlEnv(board, days="train", forecast=True)
+    evalenv = CapacityControlEnv(board, days=CAPACITY_SEEDS["test"], forecast=True)
+    seeds = [int(s) for s in p.seeds]
+    assert not set(seeds) & set(CAPACITY_SEEDS["train"]), "held-out days overlap the training days"
+    torch.manual_seed(exp.seed)
+    torch.set_num_threads(1)  # a 128x128 MLP: torch's thread pool only spins (5x fewer PPO steps per CPU second)
+    model = MaskablePPO("MlpPolicy", train, n_steps=int(p.n_steps), batch_size=256, learning_rate=float(p.lr),
+                        gamma=float(p.gamma), ent_coef=float(p.ent_coef), seed=exp.seed, verbose=0,
+                        policy_kwargs={"net_arch": [128, 128]})
+    obs, act, masks = rule_dataset(train, ref_cls(**ref_params), [int(d) for d in p.bc_days])
+    acc = clone(model, obs, act, masks, int(p.bc_epochs), exp.seed)
+    print(f"capacity_learned: BC accuracy {acc:.3f} on {len(act)} decisions", flush=True)
+    rows = {"reference": [play(evalenv.model, ref_cls(**ref_params), s) for s in seeds],
+            "bc": [play_agent(evalenv, model, s) for s in seeds]}
+    if int(p.ppo_steps) > 0:
+        model.learn(total_timesteps=int(p.ppo_steps))
+        rows["bc_ppo"] = [play_agent(evalenv, model, s) for s in seeds]
+    model.save(exp.path("model.zip"))
+    ref = np.array([m["reward"] for m in rows["reference"]])
+    out = []
+    for k, ms in rows.items():
+        v = np.array([m["reward"] for m in ms])
+        pr, d = paired_ratio(v, ref), interval(v - ref)
+        out.append({"row": k, "reward": float(v.mean()), "gpu_seconds": float(np.mean([m["gpu_seconds"] for m in ms])),
+                    "slo_attainment": float(np.mean([m["slo_attainment"] for m in ms])),
+                    "goodput_per_gpu": float(np.mean([m["goodput_per_gpu"] for m in ms])),
+                    "vs_reference": pr["rel"], "rel_lo": pr["ci_low"], "rel_hi": pr["ci_high"],
+                    "diff_lo": d["ci_low"], "diff_hi": d["ci_high"]})
+    exp.table(pd.DataFrame(out))
+    return {"board": board, "seeds": seeds, "bc_accuracy": acc,
+            "rows": {r["row"]: [r["reward"], r["vs_reference"], r["rel_lo"], r["rel_hi"]] for r in out}}
