@@ -99,13 +99,19 @@ class CapacityControlEnv(gym.Env):
         self.run = CapacityRun(self.model, day)
         return self._obs(), {"day": day, "action_mask": self.action_masks()}
 
+    def _started(self, what: str) -> CapacityRun:
+        """The episode, or the RuntimeError every pdgym env raises before its first reset()."""
+        if self.run is None:
+            raise RuntimeError(f"pdgym/CapacityControl-v0: call reset() before {what}()")
+        return self.run
+
     def action_masks(self) -> np.ndarray:
-        return self.run.mask()
+        return self._started("action_masks").mask()
 
     def step(self, action):
-        run = self.run
-        if run is None or run.done:
-            raise ConfigError("env: step() before reset() or after the episode ended; call reset()")
+        run = self._started("step")
+        if run.done:
+            raise ConfigError("env: step() after the episode ended; call reset()")
         run.apply(int(action) if isinstance(action, (np.integer, np.ndarray)) else action)
         reward = run.advance() / self._scale
         info = {"action_mask": self.action_masks(), "good": run.last["good"], "gpu_s": run.last["gpu_s"]}
@@ -132,7 +138,8 @@ class CapacityControlEnv(gym.Env):
         return np.clip(np.asarray(v, np.float32), -1.0, 10.0)
 
     def render(self):
-        if self.render_mode != "ansi" or self.run is None:
+        self._started("render")
+        if self.render_mode != "ansi":
             return None
         s = self.run.signals()
         return (f"t={self.run.now:.0f}s P={s['serve_p']}(+{s['pending_p']}) D={s['serve_d']}(+{s['pending_d']}) "

@@ -127,7 +127,7 @@ def test_head_to_head_runs_every_set_on_the_same_traffic(tmp_path):
 
 
 def test_repro_md1_check(tmp_path):
-    p = run("pdgym-repro", "md1_check", "repro.num_requests=4000", "repro.rhos=[0.5]", "repro.rho=0.5",
+    p = run("pdgym-repro", "md1_check", "repro.num_requests=4000", "repro.max_requests=4000", "repro.rhos=[0.5]", "repro.rho=0.5",
             cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "runs/repro/md1_check/summary.json").read_text())
@@ -138,7 +138,7 @@ def test_repro_md1_check(tmp_path):
 def test_repro_writes_to_hydra_run_dir(tmp_path):
     """hydra.run.dir=DIR is the run folder, as for the other apps (it was ignored: the run went to runs/repro)."""
     out = tmp_path / "mine" / "md1"
-    p = run("pdgym-repro", "md1_check", "repro.num_requests=2000", "repro.rhos=[0.5]", "repro.rho=0.5",
+    p = run("pdgym-repro", "md1_check", "repro.num_requests=2000", "repro.max_requests=2000", "repro.rhos=[0.5]", "repro.rho=0.5",
             f"hydra.run.dir={out}", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert (out / "summary.json").exists() and (out / "md1_wait.png").exists()

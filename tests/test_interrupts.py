@@ -18,15 +18,14 @@ from pdgym.agents.run_folder import MARKER
 
 BIN = Path(sys.executable).parent
 LONG = ["scenario=ds_v3_h800_3p1d", "workload.num_requests=300000", "plots=false"]
-# pdgym-sim whose table writer writes 5 rows and then hangs: the signal lands in the middle of a write.
+# pdgym-sim whose table writer opens its temporary, writes the header and then hangs in its first chunk of rows
+# (metrics.write_csv formats each chunk's cells with _csv_strings): the signal lands in the middle of a write.
 SLOW_WRITER = """
 import sys, time
-import pandas as pd
-orig = pd.DataFrame.to_csv
-def slow(self, path, *a, **k):
-    orig(self.head(5), path, *a, **k)
+from pdgym.envs.sim import metrics
+def slow(col):
     time.sleep(120)
-pd.DataFrame.to_csv = slow
+metrics._csv_strings = slow
 from pdgym.agents.apps.sim import main
 main(sys.argv[1:])
 """
@@ -100,8 +99,8 @@ def test_repro_interrupted_keeps_the_previous_run_whole(tmp_path):
     (prev / "summary.json").write_text('{"previous": true}\n')
     (prev / MARKER).write_text("")  # a run of pdgym's (a user's folder of that name is never replaced)
     partial = tmp_path / "runs/repro/md1_check.partial"
-    r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.rhos=[0.5]",
-                    "repro.rho=0.5"],
+    r = _interrupt([str(BIN / "pdgym-repro"), "md1_check", "repro.num_requests=3000000", "repro.max_requests=3000000",
+                    "repro.rhos=[0.5]", "repro.rho=0.5"],
                    lambda: partial.exists() and time.sleep(1.5) is None, signal.SIGINT, tmp_path)
     assert r.returncode == 130 and "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.strip().splitlines() if "it/s]" not in ln]  # the progress bar aside

@@ -137,7 +137,7 @@ def test_repro_replaces_only_its_own_previous_run(tmp_path, monkeypatch, capsys)
     repro = importlib.import_module("pdgym.agents.apps.repro").main
     out = tmp_path / "r"
     for _ in range(3):
-        repro(["md1_check", "repro.num_requests=300", f"hydra.run.dir={out}"])
+        repro(["md1_check", "repro.num_requests=300", "repro.max_requests=300", f"hydra.run.dir={out}"])
     capsys.readouterr()
     assert sorted(os.listdir(tmp_path)) == ["r", "r.previous"]
     assert run_folder.is_ours(out) and run_folder.is_ours(tmp_path / "r.previous")

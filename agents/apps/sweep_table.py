@@ -178,9 +178,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if not sweep_dir.is_dir():
         fail(app, f"DIR: {str(sweep_dir)!r} is not a folder (give a multirun's hydra.sweep.dir)")
     target = sweep_dir / TABLE
-    if os.path.lexists(target) and (target.is_symlink() or not target.is_file()):
-        fail(app, f"DIR: {target} is {'a link' if target.is_symlink() else 'not a regular file'}, where "
-                  f"{app} writes its table; move it away")
+    # a folder (or another non-file) there is refused; a link is replaced by the atomic write, never written through
+    if os.path.lexists(target) and not target.is_symlink() and not target.is_file():
+        fail(app, f"DIR: {target} is not a regular file, where {app} writes its table; move it away")
     try:
         jobs, skipped = read_jobs(sweep_dir)
     except ConfigError as exc:
