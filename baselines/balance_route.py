@@ -259,7 +259,7 @@ class _BalanceRoute(DecodeRouter):
             order = self._order
             order.sync(sim)
         prompt, done = sim.req.prompt, sim.req.done
-        loads_of = {}  # pool loads read this round (a pool entry's load does not change within a round)
+        head = None  # Stage 2's arrival-order window source: (id, load) of the pool's first entries, this round
         whole = None  # Stage 1's (ids, loads, alive) over the whole pool, in `order`
         stage1_until = self.stage1_free * d.dp * d.batch_limit
         K = self.window
@@ -340,12 +340,11 @@ class _BalanceRoute(DecodeRouter):
                 entries = order.head(sim, K)
                 win = [(e[2], -e[0]) for e in entries]
             else:
-                win = []
-                for rid in islice(pool, K):
-                    load = loads_of.get(rid)
-                    if load is None:
-                        load = loads_of[rid] = int(prompt[rid] + done[rid])
-                    win.append((rid, load))
+                if head is None:  # once a round: Stage 2 admits at most total_free more, so the first K still
+                    # pooled at any later pick are among these K + total_free (a round only deletes from the pool)
+                    ids = np.fromiter(islice(pool, K + total_free), dtype=np.int64)
+                    head = list(zip(ids.tolist(), (prompt[ids] + done[ids]).tolist()))
+                win = head[:K]
             sizes = [load for _, load in win]
             chosen, best = best_subset(sizes, free[w], room[w], score)
             if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
@@ -358,6 +357,10 @@ class _BalanceRoute(DecodeRouter):
                 for i, ok in zip(chosen, taken):
                     if ok:
                         order.remove(entries[i])
+            else:
+                for i in reversed(chosen):  # admitted ones left the pool (a dry run's stay: envs/shadow.py)
+                    if win[i][0] not in pool:
+                        del head[i]
 
 
 @register("decode", "br0")
