@@ -116,6 +116,15 @@ class Score:
             return float((self.alpha * np.minimum(d, mm) - self.beta * np.maximum(d - mm, 0.0)) @ self.w)
         return self.alpha * min(x, m) - self.beta * max(x - m, 0.0)
 
+    def values(self, xs: list[int]) -> list[float]:
+        """`[self(x) for x in xs]`: for H > 1 the element-wise part done once for all of xs (the same values per
+        element), then each row's own dot with the weights, as `__call__` takes it."""
+        if self._m1 is not None or len(xs) == 1:
+            return [self(x) for x in xs]
+        d, mm, w = np.array(xs, dtype=np.float64)[:, None], self.m, self.w
+        rows = self.alpha * np.minimum(d, mm) - self.beta * np.maximum(d - mm, 0.0)
+        return [float(r @ w) for r in rows]
+
     def many(self, xs: np.ndarray) -> np.ndarray:
         if self.m is None:
             self.m = np.array([self._m1])
@@ -149,7 +158,7 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
         cands = [x for x in (lo, hi) if x is not None]
         if not cands:
             return [], -np.inf
-        vals = [score(x) for x in cands]
+        vals = score.values(cands)
         i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
         return [sizes.index(cands[i])], float(vals[i])
     limit = min(cap, peak + max(sizes))
@@ -176,7 +185,7 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
     hi = union >> (peak + 1)
     if hi:
         cands.append((hi & -hi).bit_length() - 1 + peak + 1)
-    vals = [score(x) for x in cands]
+    vals = score.values(cands)
     i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
     total = cands[i]
     q = max(q for q in range(1, c + 1) if (rs[q] >> total) & 1)
@@ -249,6 +258,7 @@ class _BalanceRoute(DecodeRouter):
             lmax1 = max(pl)
         else:
             lmax = proj.max(axis=0)
+            lowest = None  # min_h m_w(h) per worker (a list); None: recompute all (lmax moved)
         free = (d.batch_limit - d.batch).tolist()
         room = (d.kv_cap - d.kv).tolist()
         opens = [i for i, f in enumerate(free) if f > 0]  # workers with a free slot still taking, in index order
@@ -268,7 +278,7 @@ class _BalanceRoute(DecodeRouter):
 
         def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
             """Admit (id, load) pairs to worker w; which were admitted."""
-            nonlocal total_free, lmax1
+            nonlocal total_free, lmax1, lowest
             delta = 0
             taken = []
             for rid, load in items:
@@ -296,8 +306,13 @@ class _BalanceRoute(DecodeRouter):
                     if over > 0:
                         counts[1] += 1
                         counts[2] += over
-                proj[w] += delta
-                np.maximum(lmax, proj[w], out=lmax)
+                    row = proj[w]
+                    row += delta
+                    if (row > lmax).any():  # a new heaviest load at some h: every margin moves
+                        np.maximum(lmax, row, out=lmax)
+                        lowest = None
+                    elif lowest is not None:  # only worker w's margins moved
+                        lowest[w] = int((lmax - row).min())
             room[w] -= delta
             if free[w] <= 0:
                 opens.remove(w)
@@ -313,13 +328,13 @@ class _BalanceRoute(DecodeRouter):
                         best, w = key, i
                 score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
-                margins = lmax - proj
-                lowest = margins.min(axis=1).tolist()
+                if lowest is None:
+                    lowest = (lmax - proj).min(axis=1).tolist()
                 for i in opens:
                     key = free[i] * 1e12 + lowest[i]
                     if key > best:
                         best, w = key, i
-                score = Score(margins[w].astype(np.float64), wts, alpha, beta)
+                score = Score((lmax - proj[w]).astype(np.float64), wts, alpha, beta)
             if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
                 if whole is None:
                     rids, loads = pool_arrays(sim)
