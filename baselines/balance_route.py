@@ -258,7 +258,6 @@ class _BalanceRoute(DecodeRouter):
             lmax1 = max(pl)
         else:
             lmax = proj.max(axis=0)
-            lowest = None  # min_h m_w(h) per worker (a list); None: recompute all (lmax moved)
         free = (d.batch_limit - d.batch).tolist()
         room = (d.kv_cap - d.kv).tolist()
         opens = [i for i, f in enumerate(free) if f > 0]  # workers with a free slot still taking, in index order
@@ -278,7 +277,7 @@ class _BalanceRoute(DecodeRouter):
 
         def take(w: int, items: list[tuple[int, int]]) -> list[bool]:
             """Admit (id, load) pairs to worker w; which were admitted."""
-            nonlocal total_free, lmax1, lowest
+            nonlocal total_free, lmax1
             delta = 0
             taken = []
             for rid, load in items:
@@ -306,13 +305,8 @@ class _BalanceRoute(DecodeRouter):
                     if over > 0:
                         counts[1] += 1
                         counts[2] += over
-                    row = proj[w]
-                    row += delta
-                    if (row > lmax).any():  # a new heaviest load at some h: every margin moves
-                        np.maximum(lmax, row, out=lmax)
-                        lowest = None
-                    elif lowest is not None:  # only worker w's margins moved
-                        lowest[w] = int((lmax - row).min())
+                proj[w] += delta
+                np.maximum(lmax, proj[w], out=lmax)
             room[w] -= delta
             if free[w] <= 0:
                 opens.remove(w)
@@ -328,13 +322,13 @@ class _BalanceRoute(DecodeRouter):
                         best, w = key, i
                 score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
-                if lowest is None:
-                    lowest = (lmax - proj).min(axis=1).tolist()
+                margins = lmax - proj
+                lowest = margins.min(axis=1).tolist()
                 for i in opens:
                     key = free[i] * 1e12 + lowest[i]
                     if key > best:
                         best, w = key, i
-                score = Score((lmax - proj[w]).astype(np.float64), wts, alpha, beta)
+                score = Score(margins[w].astype(np.float64), wts, alpha, beta)
             if total_free > stage1_until:  # Stage 1: bulk fill, one request at a time from the whole pool
                 if whole is None:
                     rids, loads = pool_arrays(sim)
