@@ -131,6 +131,28 @@ class Score:
         return f_score(xs, self.m, self.w, self.alpha, self.beta)
 
 
+def best_single_flat(win: list[tuple[int, int]], cap: int, margin: int, alpha: float, beta: float) -> int:
+    """`best_subset(sizes, 1, cap, Score.flat(margin, ...))`'s pick for one free slot and H = 1, without the Score and
+    the lists: the position of the first load that is the largest <= the peak or the smallest above it (<= cap, the
+    better F of the two, the lower one on a tie), or -1 when no load fits `cap`."""
+    peak = margin if margin > 0 else 0
+    lo = hi = None
+    lo_i = hi_i = -1
+    for j, (_, s) in enumerate(win):
+        if s <= cap:
+            if s <= peak:
+                if lo is None or s > lo:
+                    lo, lo_i = s, j
+            elif hi is None or s < hi:
+                hi, hi_i = s, j
+    if lo is None or hi is None:
+        return hi_i if lo is None else lo_i
+    m = float(margin)  # Score.__call__ with H = 1
+    f_lo = alpha * min(lo, m) - beta * max(lo - m, 0.0)
+    f_hi = alpha * min(hi, m) - beta * max(hi - m, 0.0)
+    return hi_i if f_hi > f_lo else lo_i
+
+
 def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tuple[list[int], float]:
     """Non-empty subset of `sizes` with |S| <= max_card and sum <= cap maximising the concave `score(sum)`.
     Returns (indices, score), or ([], -inf) if no single item fits `cap`.
@@ -320,7 +342,7 @@ class _BalanceRoute(DecodeRouter):
                     key = free[i] * 1e12 + (lmax1 - pl[i])
                     if key > best:
                         best, w = key, i
-                score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
+                score = None if free[w] == 1 and total_free <= stage1_until else Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
                 margins = lmax - proj
                 lowest = margins.min(axis=1).tolist()
@@ -354,6 +376,18 @@ class _BalanceRoute(DecodeRouter):
                     ids = np.fromiter(islice(pool, K + total_free), dtype=np.int64)
                     head = list(zip(ids.tolist(), (prompt[ids] + done[ids]).tolist()))
                 win = head[:K]
+            if score is None:  # H = 1, one free slot (Stage 2's usual pick): the same choice, without the Score
+                j = best_single_flat(win, room[w], lmax1 - pl[w], alpha, beta)
+                if j < 0:
+                    opens.remove(w)
+                    continue
+                taken = take(w, [win[j]])
+                if by_length:
+                    if taken[0]:
+                        order.remove(entries[j])
+                elif win[j][0] not in pool:
+                    del head[j]
+                continue
             sizes = [load for _, load in win]
             chosen, best = best_subset(sizes, free[w], room[w], score)
             if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
