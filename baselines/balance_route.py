@@ -116,15 +116,6 @@ class Score:
             return float((self.alpha * np.minimum(d, mm) - self.beta * np.maximum(d - mm, 0.0)) @ self.w)
         return self.alpha * min(x, m) - self.beta * max(x - m, 0.0)
 
-    def values(self, xs: list[int]) -> list[float]:
-        """`[self(x) for x in xs]`: for H > 1 the element-wise part done once for all of xs (the same values per
-        element), then each row's own dot with the weights, as `__call__` takes it."""
-        if self._m1 is not None or len(xs) == 1:
-            return [self(x) for x in xs]
-        d, mm, w = np.array(xs, dtype=np.float64)[:, None], self.m, self.w
-        rows = self.alpha * np.minimum(d, mm) - self.beta * np.maximum(d - mm, 0.0)
-        return [float(r @ w) for r in rows]
-
     def many(self, xs: np.ndarray) -> np.ndarray:
         if self.m is None:
             self.m = np.array([self._m1])
@@ -180,7 +171,7 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
         cands = [x for x in (lo, hi) if x is not None]
         if not cands:
             return [], -np.inf
-        vals = score.values(cands)
+        vals = [score(x) for x in cands]
         i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
         return [sizes.index(cands[i])], float(vals[i])
     limit = min(cap, peak + max(sizes))
@@ -207,7 +198,7 @@ def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tupl
     hi = union >> (peak + 1)
     if hi:
         cands.append((hi & -hi).bit_length() - 1 + peak + 1)
-    vals = score.values(cands)
+    vals = [score(x) for x in cands]
     i = 1 if len(vals) == 2 and vals[1] > vals[0] else 0
     total = cands[i]
     q = max(q for q in range(1, c + 1) if (rs[q] >> total) & 1)
@@ -342,7 +333,8 @@ class _BalanceRoute(DecodeRouter):
                     key = free[i] * 1e12 + (lmax1 - pl[i])
                     if key > best:
                         best, w = key, i
-                score = None if free[w] == 1 and total_free <= stage1_until else Score.flat(lmax1 - pl[w], wts, alpha, beta)
+                one = free[w] == 1 and total_free <= stage1_until  # Stage 2 with one free slot: best_single_flat
+                score = None if one else Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
                 margins = lmax - proj
                 lowest = margins.min(axis=1).tolist()

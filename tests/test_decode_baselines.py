@@ -76,15 +76,6 @@ def test_one_slot_pick_without_the_score_is_best_subsets(sizes, cap, margin, alp
     assert [j] == chosen if chosen else j == -1
 
 
-@settings(max_examples=200, deadline=None)
-@given(xs=st.lists(st.integers(0, 9000), min_size=1, max_size=3),
-       margins=st.lists(st.integers(-500, 9000), min_size=2, max_size=64),
-       gamma=st.floats(0.3, 1.0), alpha=st.floats(0.2, 3.0), beta=st.floats(0.0, 40.0))
-def test_score_values_are_the_calls_bit_for_bit(xs, margins, gamma, alpha, beta):
-    score = Score(np.asarray(margins, dtype=np.float64), gamma ** np.arange(len(margins)), alpha, beta)
-    assert score.values(xs) == [score(x) for x in xs]  # exact: BR-H compares these values
-
-
 @given(delta=st.integers(0, 50000), m=st.integers(0, 50000), n=st.integers(2, 64), gamma=st.floats(0.1, 1.0))
 def test_horizon_score_reduces_to_br0_for_h1(delta, m, n, gamma):
     br0 = min(delta, m) - (n - 1) * max(0, delta - m)
