@@ -122,6 +122,28 @@ class Score:
         return f_score(xs, self.m, self.w, self.alpha, self.beta)
 
 
+def best_single_flat(win: list[tuple[int, int]], cap: int, margin: int, alpha: float, beta: float) -> int:
+    """`best_subset(sizes, 1, cap, Score.flat(margin, ...))`'s pick for one free slot and H = 1, without the Score and
+    the lists: the position of the first load that is the largest <= the peak or the smallest above it (<= cap, the
+    better F of the two, the lower one on a tie), or -1 when no load fits `cap`."""
+    peak = margin if margin > 0 else 0
+    lo = hi = None
+    lo_i = hi_i = -1
+    for j, (_, s) in enumerate(win):
+        if s <= cap:
+            if s <= peak:
+                if lo is None or s > lo:
+                    lo, lo_i = s, j
+            elif hi is None or s < hi:
+                hi, hi_i = s, j
+    if lo is None or hi is None:
+        return hi_i if lo is None else lo_i
+    m = float(margin)  # Score.__call__ with H = 1
+    f_lo = alpha * min(lo, m) - beta * max(lo - m, 0.0)
+    f_hi = alpha * min(hi, m) - beta * max(hi - m, 0.0)
+    return hi_i if f_hi > f_lo else lo_i
+
+
 def best_subset(sizes: list[int], max_card: int, cap: int, score: Score) -> tuple[list[int], float]:
     """Non-empty subset of `sizes` with |S| <= max_card and sum <= cap maximising the concave `score(sum)`.
     Returns (indices, score), or ([], -inf) if no single item fits `cap`.
@@ -259,7 +281,7 @@ class _BalanceRoute(DecodeRouter):
             order = self._order
             order.sync(sim)
         prompt, done = sim.req.prompt, sim.req.done
-        loads_of = {}  # pool loads read this round (a pool entry's load does not change within a round)
+        head = None  # Stage 2's arrival-order window source: (id, load) of the pool's first entries, this round
         whole = None  # Stage 1's (ids, loads, alive) over the whole pool, in `order`
         stage1_until = self.stage1_free * d.dp * d.batch_limit
         K = self.window
@@ -311,7 +333,8 @@ class _BalanceRoute(DecodeRouter):
                     key = free[i] * 1e12 + (lmax1 - pl[i])
                     if key > best:
                         best, w = key, i
-                score = Score.flat(lmax1 - pl[w], wts, alpha, beta)
+                one = free[w] == 1 and total_free <= stage1_until  # Stage 2 with one free slot: best_single_flat
+                score = None if one else Score.flat(lmax1 - pl[w], wts, alpha, beta)
             else:
                 margins = lmax - proj
                 lowest = margins.min(axis=1).tolist()
@@ -340,12 +363,23 @@ class _BalanceRoute(DecodeRouter):
                 entries = order.head(sim, K)
                 win = [(e[2], -e[0]) for e in entries]
             else:
-                win = []
-                for rid in islice(pool, K):
-                    load = loads_of.get(rid)
-                    if load is None:
-                        load = loads_of[rid] = int(prompt[rid] + done[rid])
-                    win.append((rid, load))
+                if head is None:  # once a round: Stage 2 admits at most total_free more, so the first K still
+                    # pooled at any later pick are among these K + total_free (a round only deletes from the pool)
+                    ids = np.fromiter(islice(pool, K + total_free), dtype=np.int64)
+                    head = list(zip(ids.tolist(), (prompt[ids] + done[ids]).tolist()))
+                win = head[:K]
+            if score is None:  # H = 1, one free slot (Stage 2's usual pick): the same choice, without the Score
+                j = best_single_flat(win, room[w], lmax1 - pl[w], alpha, beta)
+                if j < 0:
+                    opens.remove(w)
+                    continue
+                taken = take(w, [win[j]])
+                if by_length:
+                    if taken[0]:
+                        order.remove(entries[j])
+                elif win[j][0] not in pool:
+                    del head[j]
+                continue
             sizes = [load for _, load in win]
             chosen, best = best_subset(sizes, free[w], room[w], score)
             if chosen and best <= 0 and len(chosen) > 1:  # no-starvation rule: the single best request anyway
@@ -358,6 +392,10 @@ class _BalanceRoute(DecodeRouter):
                 for i, ok in zip(chosen, taken):
                     if ok:
                         order.remove(entries[i])
+            else:
+                for i in reversed(chosen):  # admitted ones left the pool (a dry run's stay: envs/shadow.py)
+                    if win[i][0] not in pool:
+                        del head[i]
 
 
 @register("decode", "br0")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pdgym.baselines import make_policy
-from pdgym.baselines.balance_route import BRH, Score, best_subset, f_score
+from pdgym.baselines.balance_route import BRH, Score, best_single_flat, best_subset, f_score
 from pdgym.baselines.iqr import _quartiles, iqr_choice
 from pdgym.baselines.predictors import TrainingData, expected_steps, window_tables
 from pdgym.baselines.routers import active_arrays
@@ -62,6 +62,18 @@ def test_subset_search_is_the_brute_force_optimum(sizes, card, cap, margins, gam
     assert tot <= cap
     assert val == pytest.approx(best, rel=1e-9, abs=1e-6)
     assert score(tot) == pytest.approx(val, rel=1e-9, abs=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12), cap=st.integers(1, 60),
+       margin=st.integers(-30, 60), alpha=st.one_of(st.just(1.0), st.floats(0.2, 3.0)),
+       beta=st.one_of(st.integers(0, 40).map(float), st.floats(0.0, 40.0)))
+def test_one_slot_pick_without_the_score_is_best_subsets(sizes, cap, margin, alpha, beta):
+    """BR-0's one-free-slot pick (the round's usual one) is best_subset's with one slot, to the position: small
+    sizes, so ties in load (the first occurrence wins) and in F (the lower load wins) occur."""
+    chosen, _ = best_subset(sizes, 1, cap, Score.flat(margin, np.ones(1), alpha, beta))
+    j = best_single_flat([(100 + i, s) for i, s in enumerate(sizes)], cap, margin, alpha, beta)
+    assert [j] == chosen if chosen else j == -1
 
 
 @given(delta=st.integers(0, 50000), m=st.integers(0, 50000), n=st.integers(2, 64), gamma=st.floats(0.1, 1.0))
