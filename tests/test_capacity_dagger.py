@@ -35,13 +35,15 @@ def test_untrained_residual_policy_is_the_rule_exactly(rule):
 def test_dagger_rounds_fit_the_teacher_and_keep_the_best_training_round():
     env = CapacityControlEnv("diurnal_bursts", SHORT, days=[0, 1])
     torch.set_num_threads(1)
-    policy, hist = dagger(env, CAPACITY_RULES["heteroscale"](), TrueFutureMPC(horizon=4), [0, 1], rounds=2,
+    policy, last, hist = dagger(env, CAPACITY_RULES["heteroscale"](), TrueFutureMPC(horizon=4), [0, 1], rounds=2,
                           epochs=5, lr=1e-3, hidden=16, prior=4.0, seed=0, log=lambda s: None)
     assert [h["round"] for h in hist] == [0, 1, 2]
     assert hist[2]["states"] > hist[1]["states"] > hist[0]["states"] > 0  # DAgger aggregates the visited states
     assert all(0.0 <= h["label_accuracy"] <= 1.0 for h in hist[1:])
     kept, _ = play_days(env, CAPACITY_RULES["heteroscale"](), [0, 1], policy)
     assert np.mean([s["reward"] for s in kept]) == pytest.approx(max(h["train_reward"] for h in hist))
+    final, _ = play_days(env, CAPACITY_RULES["heteroscale"](), [0, 1], last)
+    assert np.mean([s["reward"] for s in final]) == pytest.approx(hist[-1]["train_reward"])
 
 
 GOOD = {"method": "dagger", "reference": {"name": "heteroscale"},

@@ -91,8 +91,9 @@ def fit(policy: ResidualPolicy, data: dict, epochs: int, lr: float, gen: torch.G
 
 
 def dagger(env: CapacityControlEnv, rule, teacher, days: list[int], rounds: int, epochs: int, lr: float,
-           hidden: int, prior: float, seed: int, log=print) -> tuple[ResidualPolicy, list[dict]]:
-    """DAgger rounds (the module docstring); returns the best round's policy and one record per round."""
+           hidden: int, prior: float, seed: int, log=print) -> tuple[ResidualPolicy, ResidualPolicy, list[dict]]:
+    """DAgger rounds (the module docstring); returns the best round's policy, the last round's, and one record per
+    round."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     policy = ResidualPolicy(env.observation_space.shape[0], hidden, prior)
@@ -111,5 +112,6 @@ def dagger(env: CapacityControlEnv, rule, teacher, days: list[int], rounds: int,
         log(f"capacity_dagger: round {k} label accuracy {acc:.3f}, train reward {r:.0f}")
         if r > best_r:
             best_r, best = r, {key: v.clone() for key, v in policy.state_dict().items()}
-    policy.load_state_dict(best)
-    return policy, history
+    kept = ResidualPolicy(env.observation_space.shape[0], hidden, prior)
+    kept.load_state_dict(best)
+    return kept, policy, history

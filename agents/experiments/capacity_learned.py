@@ -11,7 +11,8 @@ paired by day with 95% bootstrap intervals. The model zip is written to the run 
 
 `repro.method=dagger` replaces BC + PPO by the residual policy of capacity_dagger.py (the rule's action in, the rule
 exactly at initialisation), taught by `repro.dagger.teacher` (MPC with the true future) on the states it visits on
-the training days; rows `residual_init` (must equal the reference) and `dagger`; weights in residual_policy.npz.
+the training days; rows `residual_init` (must equal the reference), `dagger` (the kept round) and
+`dagger_last_round`; the kept round's weights in residual_policy.npz, the rounds' training rewards in rounds.csv.
 
     pdgym-repro capacity_learned repro.board=diurnal_bursts
     pdgym-repro capacity_learned repro.method=dagger
@@ -164,10 +165,11 @@ def run_dagger(exp: Experiment) -> dict:
     init = ResidualPolicy(train.observation_space.shape[0], int(d.hidden), float(d.prior))
     rows = {"reference": [play(evalenv.model, ref_cls(**ref_params), s) for s in seeds],
             "residual_init": play_days(evalenv, ref_cls(**ref_params), seeds, init)[0]}
-    policy, history = dagger(train, ref_cls(**ref_params), teacher_of(d), days, int(d.rounds), int(d.epochs),
+    policy, last, history = dagger(train, ref_cls(**ref_params), teacher_of(d), days, int(d.rounds), int(d.epochs),
                              float(d.lr), int(d.hidden), float(d.prior), exp.seed,
                              log=lambda s: print(s, flush=True))
     rows["dagger"] = play_days(evalenv, ref_cls(**ref_params), seeds, policy)[0]
+    rows["dagger_last_round"] = play_days(evalenv, ref_cls(**ref_params), seeds, last)[0]
     rows[str(d.teacher)] = [play(evalenv.model, teacher_of(d), s) for s in seeds]
     with safe_files.atomic_path(exp.path("residual_policy.npz")) as tmp, open(tmp, "wb") as f:
         np.savez(f, **{k: v.numpy() for k, v in policy.state_dict().items()})
