@@ -61,3 +61,25 @@ def test_bad_dagger_keys_refused_in_one_line(path, value, key):
     OmegaConf.update(block, path, value)
     with pytest.raises(ConfigError, match=rf"^{key}: got .*(allowed|must)"):
         check_block(block)
+
+
+def test_forecast_mpc_plans_on_the_calendar_not_the_true_future():
+    from pdgym.baselines.capacity_hindsight import ForecastMPC
+    from pdgym.envs.capacity_control import capacity_model
+    from pdgym.envs.sim.capacity import CapacityRun
+
+    model = capacity_model("diurnal_bursts", SHORT)
+    run = CapacityRun(model, 0)
+    mpc = ForecastMPC(horizon=4)
+    tr, dt = model.cfg.traffic, model.cfg.substep_s
+    t = (np.arange(4 * model.substeps) + 0.5) * dt  # before any interval: the board's mean rate on the calendar
+    cal = tr.base_rps * (1 + tr.diurnal_amp * np.sin(2 * np.pi * (t / tr.duration_s - tr.diurnal_phase)))
+    f0 = mpc.future(run)
+    assert np.allclose(f0.sum(1), cal * dt) and np.allclose(f0[:, 1] / f0.sum(1), tr.mix)
+    for _ in range(3):
+        run.apply(0)
+        run.advance()
+    before = mpc.future(run)
+    run.traffic.arrivals[run.k:] = 0.0  # what is still to come: invisible to it
+    run.traffic.rate[run.k:] = 0.0
+    assert np.array_equal(mpc.future(run), before) and before.sum() > 0

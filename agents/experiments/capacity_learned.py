@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 from pdgym.agents.evaluation.stats import interval, paired_ratio
-from pdgym.baselines.capacity_hindsight import HINDSIGHT_ROWS
+from pdgym.baselines.capacity_hindsight import HINDSIGHT_ROWS, MPC_TEACHERS
 from pdgym.baselines.capacity_rules import CAPACITY_RULES
 from pdgym.envs.capacity_control import CapacityControlEnv
 from pdgym.envs.sim import safe_files
@@ -45,8 +45,8 @@ def check_block(block) -> None:
     check(block.get("reference", {}).get("name") in CAPACITY_RULES, "repro.reference.name",
           f"got {block.get('reference', {}).get('name')!r}; allowed: {', '.join(CAPACITY_RULES)}")
     d = block.get("dagger") or {}
-    check(d.get("teacher") in HINDSIGHT_ROWS, "repro.dagger.teacher",
-          f"got {d.get('teacher')!r}; allowed: {', '.join(HINDSIGHT_ROWS)}")
+    teachers = {**HINDSIGHT_ROWS, **MPC_TEACHERS}
+    check(d.get("teacher") in teachers, "repro.dagger.teacher", f"got {d.get('teacher')!r}; allowed: {', '.join(teachers)}")
     for key in ("rounds", "epochs", "hidden", "mpc_horizon"):
         check_int(d.get(key), f"repro.dagger.{key}", lo=1)
     check_float(d.get("lr"), "repro.dagger.lr", lo_open=True)
@@ -55,7 +55,9 @@ def check_block(block) -> None:
 
 def teacher_of(d):
     name = str(d.teacher)
-    return HINDSIGHT_ROWS[name](horizon=int(d.mpc_horizon)) if name == "mpc_true" else HINDSIGHT_ROWS[name]()
+    if name in MPC_TEACHERS:
+        return MPC_TEACHERS[name](horizon=int(d.mpc_horizon))
+    return HINDSIGHT_ROWS[name]()
 
 
 def rule_dataset(env: CapacityControlEnv, rule, days: list[int]):
