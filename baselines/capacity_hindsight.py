@@ -9,6 +9,8 @@ it exactly that early), a flip bills `flip_s` of an idle instance, a scale-down 
 action per interval). `plan` is exactly optimal over that model (tests/test_capacity.py checks it against every
 static split and random feasible paths). `PlanFollower` plays a plan in the real episode, starting each boot a cold
 start ahead; `TrueFutureMPC` re-plans every interval over `horizon` windows from the run's true fluid state.
+`ForecastMPC` is the same MPC on what a controller can know (the calendar curve x the measured rate), not a
+hindsight row: a teacher for capacity_learned's DAgger that the learner can imitate.
 """
 
 from __future__ import annotations
