@@ -9,6 +9,8 @@ it exactly that early), a flip bills `flip_s` of an idle instance, a scale-down 
 action per interval). `plan` is exactly optimal over that model (tests/test_capacity.py checks it against every
 static split and random feasible paths). `PlanFollower` plays a plan in the real episode, starting each boot a cold
 start ahead; `TrueFutureMPC` re-plans every interval over `horizon` windows from the run's true fluid state.
+`ForecastMPC` is the same MPC on what a controller can know (the calendar curve x the measured rate), not a
+hindsight row: a teacher for capacity_learned's DAgger that the learner can imitate.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class TrueFutureMPC(PlanFollower):
         for name in ("pq_req", "pq_tok", "dq", "dq_ok", "dr", "dr_ok"):
             setattr(batch, name, np.broadcast_to(getattr(fl, name), (g,) + getattr(fl, name).shape).copy())
         batch._tau = np.full(g, float(np.mean(fl._tau)))
-        arr = run.traffic.arrivals[run.k:run.k + self.horizon * model.substeps]
+        arr = self.future(run)
         if arr.shape[0] == 0:
             return toward(run, run.count("P"), run.count("D"), allow_up=False)
         table = window_table(model, arr, self.configs, batch)
@@ -163,9 +165,35 @@ class TrueFutureMPC(PlanFollower):
         return toward(run, tp, td)
 
 
+    def future(self, run) -> np.ndarray:
+        """The arrivals it plans on (sub-steps x classes): the true ones."""
+        return run.traffic.arrivals[run.k:run.k + self.horizon * run.model.substeps]
+
+
+class ForecastMPC(TrueFutureMPC):
+    """The same MPC on what a controller can know (not a hindsight row): the calendar's diurnal curve, scaled to
+    the rate measured in the last interval (so a running burst persists), split by its measured mix; bursts to come
+    are unknown. A teacher whose labels the learner, which sees the same forecast, can imitate."""
+
+    name = "mpc_forecast"
+
+    def future(self, run) -> np.ndarray:
+        tr, dt = run.cfg.traffic, run.cfg.substep_s
+        n = min(self.horizon * run.model.substeps, run.traffic.steps - run.k)
+        t = (run.k + np.arange(n) + 0.5) * dt
+        cal = 1.0 + tr.diurnal_amp * np.sin(2 * np.pi * (t / tr.duration_s - tr.diurnal_phase))
+        now = 1.0 + tr.diurnal_amp * math.sin(2 * math.pi * (run.now / tr.duration_s - tr.diurnal_phase))
+        arr = run.last["arrivals"] / run.cfg.interval_s if run.interval else None
+        total = float(arr.sum()) if arr is not None else tr.base_rps * now
+        share = float(arr[1] / max(total, 1e-9)) if arr is not None and total > 0 else tr.mix
+        rate = total / max(now, 1e-9) * cal
+        return np.stack([rate * (1 - share), rate * share], axis=1) * dt
+
+
 def _config_index(configs: np.ndarray, p: int, d: int) -> int:
     """The configuration nearest (p, d) (the fleet may hold one the budget's list has, always, when masks held)."""
     return int(np.argmin(np.abs(configs[:, 0] - p) + np.abs(configs[:, 1] - d)))
 
 
 HINDSIGHT_ROWS = {c.name: c for c in (DPHindsight, TrueFutureMPC)}
+MPC_TEACHERS = {c.name: c for c in (TrueFutureMPC, ForecastMPC)}  # capacity_learned's dagger teachers

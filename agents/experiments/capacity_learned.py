@@ -9,7 +9,13 @@ continues from the cloned policy for `repro.ppo_steps` timesteps on the training
 fine-tuned policy play the held-out days deterministically; differences of the episode reward against the rule are
 paired by day with 95% bootstrap intervals. The model zip is written to the run folder (model.zip).
 
+`repro.method=dagger` replaces BC + PPO by the residual policy of capacity_dagger.py (the rule's action in, the rule
+exactly at initialisation), taught by `repro.dagger.teacher` (MPC with the true future) on the states it visits on
+the training days; rows `residual_init` (must equal the reference), `dagger` (the kept round) and
+`dagger_last_round`; the kept round's weights in residual_policy.npz, the rounds' training rewards in rounds.csv.
+
     pdgym-repro capacity_learned repro.board=diurnal_bursts
+    pdgym-repro capacity_learned repro.method=dagger
 """
 
 from __future__ import annotations
@@ -18,13 +24,40 @@ import numpy as np
 import pandas as pd
 import torch
 from pdgym.agents.evaluation.stats import interval, paired_ratio
+from pdgym.baselines.capacity_hindsight import HINDSIGHT_ROWS, MPC_TEACHERS
 from pdgym.baselines.capacity_rules import CAPACITY_RULES
 from pdgym.envs.capacity_control import CapacityControlEnv
+from pdgym.envs.sim import safe_files
 from pdgym.envs.sim.capacity_traffic import CAPACITY_SEEDS
+from pdgym.envs.sim.validation import check, check_float, check_int
 from sb3_contrib import MaskablePPO
 
+from .capacity_dagger import ResidualPolicy, dagger, play_days
 from .capacity_room import play
 from .harness import Experiment, experiment
+
+METHODS = ("ppo", "dagger")
+
+
+def check_block(block) -> None:
+    """repro.method and the repro.dagger block, in one line each, before any run folder exists."""
+    check(block.get("method") in METHODS, "repro.method", f"got {block.get('method')!r}; allowed: {', '.join(METHODS)}")
+    check(block.get("reference", {}).get("name") in CAPACITY_RULES, "repro.reference.name",
+          f"got {block.get('reference', {}).get('name')!r}; allowed: {', '.join(CAPACITY_RULES)}")
+    d = block.get("dagger") or {}
+    teachers = {**HINDSIGHT_ROWS, **MPC_TEACHERS}
+    check(d.get("teacher") in teachers, "repro.dagger.teacher", f"got {d.get('teacher')!r}; allowed: {', '.join(teachers)}")
+    for key in ("rounds", "epochs", "hidden", "mpc_horizon"):
+        check_int(d.get(key), f"repro.dagger.{key}", lo=1)
+    check_float(d.get("lr"), "repro.dagger.lr", lo_open=True)
+    check_float(d.get("prior"), "repro.dagger.prior")
+
+
+def teacher_of(d):
+    name = str(d.teacher)
+    if name in MPC_TEACHERS:
+        return MPC_TEACHERS[name](horizon=int(d.mpc_horizon))
+    return HINDSIGHT_ROWS[name]()
 
 
 def rule_dataset(env: CapacityControlEnv, rule, days: list[int]):
@@ -72,9 +105,11 @@ def play_agent(env: CapacityControlEnv, model: MaskablePPO, day: int) -> dict:
     return info["summary"]
 
 
-@experiment
+@experiment(check=check_block)
 def run(exp: Experiment) -> dict:
     p = exp.p
+    if str(p.method) == "dagger":
+        return run_dagger(exp)
     board = str(p.board)
     ref_cls = CAPACITY_RULES[str(p.reference.name)]
     ref_params = dict(p.reference.params)
@@ -96,6 +131,13 @@ def run(exp: Experiment) -> dict:
         model.learn(total_timesteps=int(p.ppo_steps))
         rows["bc_ppo"] = [play_agent(evalenv, model, s) for s in seeds]
     model.save(exp.path("model.zip"))
+    out = compare(exp, rows)
+    return {"board": board, "seeds": seeds, "bc_accuracy": acc,
+            "rows": {r["row"]: [r["reward"], r["vs_reference"], r["rel_lo"], r["rel_hi"]] for r in out}}
+
+
+def compare(exp: Experiment, rows: dict) -> list[dict]:
+    """Each row's episode rewards paired by day against the reference's; results.csv / results.md."""
     ref = np.array([m["reward"] for m in rows["reference"]])
     out = []
     for k, ms in rows.items():
@@ -107,5 +149,34 @@ def run(exp: Experiment) -> dict:
                     "vs_reference": pr["rel"], "rel_lo": pr["ci_low"], "rel_hi": pr["ci_high"],
                     "diff_lo": d["ci_low"], "diff_hi": d["ci_high"]})
     exp.table(pd.DataFrame(out))
-    return {"board": board, "seeds": seeds, "bc_accuracy": acc,
+    return out
+
+
+def run_dagger(exp: Experiment) -> dict:
+    """The residual policy taught by DAgger on the training days, then the held-out days against the rule."""
+    p, d = exp.p, exp.p.dagger
+    board = str(p.board)
+    ref_cls = CAPACITY_RULES[str(p.reference.name)]
+    ref_params = dict(p.reference.params)
+    train = CapacityControlEnv(board, days="train", forecast=True)
+    evalenv = CapacityControlEnv(board, days=CAPACITY_SEEDS["test"], forecast=True)
+    seeds = [int(s) for s in p.seeds]
+    days = [int(x) for x in p.bc_days]
+    assert not set(seeds) & set(days), "held-out days overlap the training days"
+    torch.set_num_threads(1)
+    init = ResidualPolicy(train.observation_space.shape[0], int(d.hidden), float(d.prior))
+    rows = {"reference": [play(evalenv.model, ref_cls(**ref_params), s) for s in seeds],
+            "residual_init": play_days(evalenv, ref_cls(**ref_params), seeds, init)[0]}
+    policy, last, history = dagger(train, ref_cls(**ref_params), teacher_of(d), days, int(d.rounds), int(d.epochs),
+                             float(d.lr), int(d.hidden), float(d.prior), exp.seed,
+                             log=lambda s: print(s, flush=True))
+    rows["dagger"] = play_days(evalenv, ref_cls(**ref_params), seeds, policy)[0]
+    rows["dagger_last_round"] = play_days(evalenv, ref_cls(**ref_params), seeds, last)[0]
+    rows[str(d.teacher)] = [play(evalenv.model, teacher_of(d), s) for s in seeds]
+    with safe_files.atomic_path(exp.path("residual_policy.npz")) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{k: v.numpy() for k, v in policy.state_dict().items()})
+    exp.csv(pd.DataFrame(history), "rounds.csv")
+    out = compare(exp, rows)
+    best = max(history, key=lambda h: h["train_reward"])["round"]
+    return {"board": board, "seeds": seeds, "method": "dagger", "teacher": str(d.teacher), "kept_round": best,
             "rows": {r["row"]: [r["reward"], r["vs_reference"], r["rel_lo"], r["rel_hi"]] for r in out}}
