@@ -31,6 +31,14 @@ from pdgym.envs.sim.validation import check_float
 from .registry import make_policy, register
 
 
+def dispatcher(spec: str | Mapping[str, Any] | PrefillScheduler, sim) -> PrefillScheduler:
+    """The prefill dispatcher `spec` names for `sim`'s cluster: `auto` is SBS on a disaggregated cluster, round_robin
+    on a colocated one (module docstring)."""
+    if spec == "auto":
+        spec = "sbs" if sim.disaggregated else "round_robin"
+    return make_policy("prefill", spec)
+
+
 class ArrivalGate(PrefillScheduler):
     """Admission in front of the prefill dispatcher `base`: a fresh arrival (not a bounced or preempted request)
     that `rejects` names is rejected at once (reason `slo`, a miss); every other request and every other hook
@@ -50,7 +58,7 @@ class ArrivalGate(PrefillScheduler):
 
     def reset(self, sim) -> None:
         if self.base_spec == "auto":  # a fresh dispatcher per run: a policy keeps per-run state
-            self.base = make_policy("prefill", "sbs" if sim.disaggregated else "round_robin")
+            self.base = dispatcher("auto", sim)
         self.base.reset(sim)
 
     def on_arrival(self, sim, rid: int) -> None:

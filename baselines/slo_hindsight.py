@@ -36,7 +36,7 @@ from pdgym.envs.sim.slo import attainment
 from pdgym.envs.sim.validation import check, check_float
 
 from .registry import make_policy, register
-from .slo_admission import ArrivalGate
+from .slo_admission import ArrivalGate, dispatcher
 
 
 def missed(result) -> np.ndarray:
@@ -89,9 +89,12 @@ class SLOHindsight(Rejecting):
         from pdgym.envs.sim import simulate
 
         pol = {k: make_policy(k, v) for k, v in self.others.items()}
-        inner = make_policy("prefill", self.base_spec).base if bare else self.base_spec
-        pol["prefill"] = Rejecting(inner, reject)
+        pol["prefill"] = Rejecting(self.inner_spec() if bare else self.base_spec, reject)
         return simulate(copy.deepcopy(cfg), pol, seed=seed)
+
+    def inner_spec(self):
+        """revise: the dispatcher behind the wrapped rule (a gate), as that rule names it (`auto` included)."""
+        return make_policy("prefill", self.base_spec).base_spec
 
     def revise_set(self, sim, cost: np.ndarray, res, best: float) -> tuple[float, frozenset[int] | None]:
         """revise: the rule's own arrival rejections become the reject set, behind its dispatcher alone; passes
@@ -156,6 +159,6 @@ class SLOHindsight(Rejecting):
             score, revised = self.revise_set(sim, cost, first, self.trace[0][1])
             if revised is not None and score > best:  # the real run: the rule's dispatcher behind the revised set
                 best, best_set = score, revised
-                self.base = make_policy("prefill", self.base_spec).base
+                self.base = dispatcher(self.inner_spec(), sim)
         self.reject_set = best_set
         super().reset(sim)

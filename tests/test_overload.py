@@ -154,5 +154,10 @@ def test_revised_hindsight_scores_its_best_replay_and_is_never_below_either_sear
         got[label] = simulate(overload_cfg("edf", oracle=True), {"prefill": pol}, seed=0).metrics()["slo_attainment"]
     assert got["rev"] == max(a for _, a in rev.trace) >= got["add"] == max(a for _, a in add.trace)
     assert len(rev.trace) > len(add.trace)  # the revise passes ran
+    # a rule on its default dispatcher (auto: SBS on this P/D cluster) revises the same: the replays and the real run
+    # resolve auto per cluster (they built the gate's unresolved dispatcher, None, and the run stopped)
+    auto = make_policy("prefill", {"name": "slo_hindsight", "base": {**base, "base": "auto"}, "passes": 3, "revise": True})
+    cfg = overload_cfg("edf", oracle=True)
+    assert simulate(cfg, {"prefill": auto}, seed=0).metrics()["slo_attainment"] == got["rev"]
     with pytest.raises(ConfigError, match="policy.prefill.revise"):
         make_policy("prefill", {"name": "slo_hindsight", "base": "sbs", "revise": True})
