@@ -105,17 +105,22 @@ def play_agent(env: CapacityControlEnv, model: MaskablePPO, day: int) -> dict:
     return info["summary"]
 
 
+def setup(p) -> tuple:
+    """What both methods start from: the board, the reference rule (class, parameters), the training env, the
+    held-out env (forecast in the observation) and the held-out days."""
+    board = str(p.board)
+    train = CapacityControlEnv(board, days="train", forecast=True)
+    evalenv = CapacityControlEnv(board, days=CAPACITY_SEEDS["test"], forecast=True)
+    return (board, CAPACITY_RULES[str(p.reference.name)], dict(p.reference.params), train, evalenv,
+            [int(s) for s in p.seeds])
+
+
 @experiment(check=check_block)
 def run(exp: Experiment) -> dict:
     p = exp.p
     if str(p.method) == "dagger":
         return run_dagger(exp)
-    board = str(p.board)
-    ref_cls = CAPACITY_RULES[str(p.reference.name)]
-    ref_params = dict(p.reference.params)
-    train = CapacityControlEnv(board, days="train", forecast=True)
-    evalenv = CapacityControlEnv(board, days=CAPACITY_SEEDS["test"], forecast=True)
-    seeds = [int(s) for s in p.seeds]
+    board, ref_cls, ref_params, train, evalenv, seeds = setup(p)
     assert not set(seeds) & set(CAPACITY_SEEDS["train"]), "held-out days overlap the training days"
     torch.manual_seed(exp.seed)
     torch.set_num_threads(1)  # a 128x128 MLP: torch's thread pool only spins (5x fewer PPO steps per CPU second)
@@ -155,12 +160,7 @@ def compare(exp: Experiment, rows: dict) -> list[dict]:
 def run_dagger(exp: Experiment) -> dict:
     """The residual policy taught by DAgger on the training days, then the held-out days against the rule."""
     p, d = exp.p, exp.p.dagger
-    board = str(p.board)
-    ref_cls = CAPACITY_RULES[str(p.reference.name)]
-    ref_params = dict(p.reference.params)
-    train = CapacityControlEnv(board, days="train", forecast=True)
-    evalenv = CapacityControlEnv(board, days=CAPACITY_SEEDS["test"], forecast=True)
-    seeds = [int(s) for s in p.seeds]
+    board, ref_cls, ref_params, train, evalenv, seeds = setup(p)
     days = [int(x) for x in p.bc_days]
     assert not set(seeds) & set(days), "held-out days overlap the training days"
     torch.set_num_threads(1)
